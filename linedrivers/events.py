@@ -1,0 +1,51 @@
+"""Events a line state machine reports (DESIGN.md section 4.0), oldest first."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LineUp:
+    peer: str
+
+
+@dataclass
+class LineDown:
+    reason: str
+    unacked: list[bytes] = field(default_factory=list)  # every image still held, sent or queued, in order
+
+
+@dataclass
+class MessageReceived:
+    image: bytes
+
+
+@dataclass
+class MessageAcked:
+    image: bytes
+
+
+@dataclass
+class PeerRefused:
+    peer: str  # the id the refusing side met
+
+
+@dataclass
+class FrameTraced:
+    dir: str  # "tx" or "rx"
+    kind: str  # async: D A N B S T O P; BSC: ENQ ACK0 ACK1 NAK WACK RVI TTD EOT DISC ETB ETX ID
+    nbytes: int
+    ok: bool = True
+    seq: int | None = None
+    origin: str | None = None
+    msg_id: int | None = None
+    retransmit: bool = False
+
+
+@dataclass
+class LineEvent:
+    kind: str  # "timeout" or "retry"
+    detail: str = ""
+
+
+Event = LineUp | LineDown | MessageReceived | MessageAcked | PeerRefused | FrameTraced | LineEvent

@@ -1,0 +1,44 @@
+"""MCCS identifiers: 2-character host ids and 6-character process ids (DESIGN.md section 2)."""
+from __future__ import annotations
+
+
+class IdError(ValueError):
+    """An id that breaks the rules of DESIGN.md section 2."""
+
+
+def _printable(text: str) -> bool:
+    return all(33 <= ord(c) <= 126 for c in text)
+
+
+def check_host_id(host: str) -> str:
+    """Return `host` if it is two printable ASCII characters with no blank."""
+    if not isinstance(host, str) or len(host) != 2 or not _printable(host):
+        raise IdError(f"invalid host id {host!r}: need 2 printable ASCII characters, no blank")
+    return host
+
+
+def process_id(pid: str) -> str:
+    """Blank-pad a process id to 6 characters and check it (`"AAR7"` -> `"AAR7  "`)."""
+    if not isinstance(pid, str):
+        raise IdError(f"invalid process id {pid!r}")
+    if len(pid) > 6 or len(pid) < 3:
+        raise IdError(f"invalid process id {pid!r}: need a host id and a name of 1-4 characters")
+    check_host_id(pid[:2])
+    name = pid[2:].ljust(4)
+    if not name.strip() or not all(c == " " or _printable(c) for c in name):
+        raise IdError(f"invalid process id {pid!r}: the name needs 1-4 printable characters")
+    return pid[:2] + name
+
+
+def process_name(name: str) -> str:
+    """Check a process name of 1-4 characters and blank-pad it to 4."""
+    if not isinstance(name, str) or not 1 <= len(name.rstrip()) <= 4 or len(name) > 4 and name[4:].strip():
+        raise IdError(f"invalid process name {name!r}: need 1-4 printable characters")
+    name = name.rstrip().ljust(4)
+    if not name.strip() or not all(c == " " or _printable(c) for c in name):
+        raise IdError(f"invalid process name {name!r}: need 1-4 printable characters")
+    return name
+
+
+def host_of(pid: str) -> str:
+    return pid[:2]

@@ -1,0 +1,52 @@
+"""The `mccs` console script: one sub-command per module, each with add_arguments() and run()."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# command -> (module, one-line help). Each module defines add_arguments(parser) and run(args) -> int.
+COMMANDS = {
+    "daemon": ("mccs.cmd_daemon", "run a host's daemon in the foreground"),
+    "send": ("mccs.cmd_client", "SEND a message; prints its MSG_ID"),
+    "recv": ("mccs.cmd_client", "RECV a message; writes its data to stdout"),
+    "status": ("mccs.cmd_client", "lines and their state, list lengths, counters"),
+    "vserial": ("tools.vserial", "virtual null-modem serial lines (pty pairs) with pacing and faults"),
+    "loopback": ("tools.loopback", "run N daemons over virtual lines, send traffic, check every message"),
+    "analyze": ("tools.analyze", "Spark analytics of trace files"),
+    "bench": ("tools.bench", "benchmarks: local, line, network, analyze"),
+    "demo": ("tools.demo", "the README's demo: a network of daemons, traffic, a Spark report"),
+}
+
+EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mccs",
+        description="MCCS: store-and-forward messages between computers joined by serial lines.",
+        epilog="Exit codes: 0 success, 1 nothing received, 2 usage or input error, 3 daemon not reachable.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod = importlib.import_module(module)
+        getattr(mod, f"add_{name}_arguments", getattr(mod, "add_arguments", None))(p)
+        p.set_defaults(_run=getattr(mod, f"run_{name}", getattr(mod, "run", None)))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        return args._run(args) or 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
