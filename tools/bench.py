@@ -1,0 +1,30 @@
+"""`mccs bench KIND`: each benchmark lives in tools/bench_KIND.py with add_arguments() and run()."""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+KINDS = {
+    "local": "durable SEND-to-RECV messages per second on one host against raw SQLite commits",
+    "line": "goodput of a bare line state machine over a paced vserial line",
+    "network": "end-to-end throughput and latency through daemons over serial lines",
+    "analyze": "Spark analytics events per second from JSON Lines and Parquet",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
+    for kind, help_text in KINDS.items():
+        p = sub.add_parser(kind, help=help_text, description=help_text)
+        p.set_defaults(_bench=f"tools.bench_{kind}")
+        try:
+            importlib.import_module(f"tools.bench_{kind}").add_arguments(p)
+        except ModuleNotFoundError:
+            p.set_defaults(_missing=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "_missing", False):
+        print(f"mccs bench {args.kind}: not built yet")
+        return 2
+    return importlib.import_module(args._bench).run(args) or 0
