@@ -31,8 +31,8 @@ def process_id(pid: str) -> str:
 
 
 def process_name(name: str) -> str:
-    """Check a process name of 1-4 characters and blank-pad it to 4."""
-    if not isinstance(name, str) or not 1 <= len(name.rstrip()) <= 4 or len(name) > 4 and name[4:].strip():
+    """Check a process name of 1-4 printable characters (blanks inside allowed) and pad it to 4."""
+    if not isinstance(name, str) or not 1 <= len(name.rstrip()) <= 4:
         raise IdError(f"invalid process name {name!r}: need 1-4 printable characters")
     name = name.rstrip().ljust(4)
     if not name.strip() or not all(c == " " or _printable(c) for c in name):

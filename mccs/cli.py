@@ -22,24 +22,28 @@ COMMANDS = {
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Only the chosen command's module is imported: `mccs send` need not load Spark's."""
     parser = argparse.ArgumentParser(
         prog="mccs",
         description="MCCS: store-and-forward messages between computers joined by serial lines.",
-        epilog="Exit codes: 0 success, 1 nothing received, 2 usage or input error, 3 daemon not reachable.")
+        epilog="Exit codes: 0 success, 1 nothing received, 2 usage or input error, 3 daemon not reachable. "
+               "'mccs COMMAND --help' tells more.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        mod = importlib.import_module(module)
-        getattr(mod, f"add_{name}_arguments", getattr(mod, "add_arguments", None))(p)
-        p.set_defaults(_run=getattr(mod, f"run_{name}", getattr(mod, "run", None)))
+        if name == command:
+            mod = importlib.import_module(module)
+            getattr(mod, f"add_{name}_arguments", getattr(mod, "add_arguments", None))(p)
+            p.set_defaults(_run=getattr(mod, f"run_{name}", getattr(mod, "run", None)))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     try:

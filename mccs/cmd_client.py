@@ -1,0 +1,148 @@
+"""`mccs send`, `mccs recv` and `mccs status`: the primitives from the shell."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .client import Client, DaemonUnreachable, MCCSError, Refused
+from .config import ConfigError, load
+from .ipc import b64
+
+EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+def _common(p: argparse.ArgumentParser, name: bool = True) -> None:
+    p.add_argument("-c", "--config", default=os.environ.get("MCCS_CONFIG"),
+                   help="host TOML config, or the daemon's socket (default: $MCCS_CONFIG)")
+    if name:
+        p.add_argument("--as", dest="name", default=os.environ.get("MCCS_NAME"),
+                       help="this process's name, 1-4 characters (default: $MCCS_NAME)")
+
+
+def add_send_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("to_id", metavar="TO_ID", help="destination process id, e.g. BBPAY (host id + name)")
+    p.add_argument("data", metavar="DATA", nargs="?", default="-", help="the message; - or absent: read stdin")
+    p.add_argument("--user-id", type=int, default=0, help="16-bit USER_ID (0: use the MSG_ID)")
+
+
+def add_recv_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--from", dest="from_id", default="", help="only a message from this process id")
+    p.add_argument("--user-id", type=int, default=0, help="only a message with this USER_ID")
+    p.add_argument("--nowait", action="store_true", help="return at once (exit 1) if nothing matches")
+    p.add_argument("--timeout", type=float, default=None, help="wait at most S seconds (exit 1 if nothing)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the raw data")
+
+
+def add_status_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p, name=False)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"mccs: {message}", file=sys.stderr)
+    return code
+
+
+def _client(args) -> Client:
+    if not args.config:
+        raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
+    if not args.name:
+        raise _Usage("no process name: give --as NAME or set MCCS_NAME")
+    return Client(args.config, args.name, connect_timeout=1.0, reconnect_timeout=10.0)
+
+
+class _Usage(Exception):
+    pass
+
+
+def _guard(body):
+    """Map every failure to the exit codes of DESIGN.md section 8."""
+    def run(args) -> int:
+        try:
+            return body(args)
+        except _Usage as e:
+            return _fail(EXIT_USAGE, str(e))
+        except (ConfigError, Refused, FileNotFoundError, ValueError) as e:
+            return _fail(EXIT_USAGE, str(e))
+        except DaemonUnreachable as e:
+            return _fail(EXIT_UNREACHABLE, str(e))
+        except MCCSError as e:
+            return _fail(EXIT_USAGE, str(e))
+    return run
+
+
+@_guard
+def run_send(args) -> int:
+    data = sys.stdin.buffer.read() if args.data == "-" else os.fsencode(args.data)
+    with _client(args) as client:
+        print(client.send(args.to_id, data, args.user_id))
+    return EXIT_OK
+
+
+@_guard
+def run_recv(args) -> int:
+    with _client(args) as client:
+        msg = client.recv(args.from_id, args.user_id, wait=not args.nowait, timeout=args.timeout)
+    if msg is None:
+        return _fail(EXIT_NOTHING, "nothing received")
+    if args.json:
+        try:
+            text = msg.data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        print(json.dumps({"from_id": msg.from_id, "to_id": msg.to_id, "msg_id": msg.msg_id,
+                          "user_id": msg.user_id, "data": b64(msg.data), "text": text}))
+    else:
+        sys.stdout.buffer.write(msg.data)
+        sys.stdout.flush()
+    return EXIT_OK
+
+
+@_guard
+def run_status(args) -> int:
+    if not args.config:
+        raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
+    try:
+        with Client(args.config, "STAT", connect_timeout=1.0) as client:
+            status = client.status()
+    except DaemonUnreachable as e:
+        return _status_offline(args, str(e))
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        _print_status(status)
+    return EXIT_OK
+
+
+def _status_offline(args, why: str) -> int:
+    """With the daemon down, the checkpoint still tells what is waiting."""
+    from checkpoint.store import CheckpointError, read_only_summary
+    cfg = load(args.config)
+    try:
+        lists = read_only_summary(cfg.checkpoint)
+    except CheckpointError as e:
+        lists, why = None, f"{why}; {e}"
+    status = {"host": cfg.id, "daemon": "not running", "error": why, "lists": lists,
+              "lines": [{"peer": line.peer, "protocol": line.protocol, "state": "DOWN"} for line in cfg.lines],
+              "counters": {}}
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        print(f"host {cfg.id}: daemon not running ({why})")
+        if lists:
+            print(f"checkpoint: WAIT_LIST {lists['wait']}  SEND_LIST {lists['send']}  RECV_LIST {lists['recv']}")
+    return EXIT_UNREACHABLE
+
+
+def _print_status(s: dict) -> None:
+    lists = s["lists"]
+    print(f"host {s['host']}  pid {s['pid']}  up {s['uptime']:.0f} s")
+    print(f"WAIT_LIST {lists['wait']}  SEND_LIST {lists['send']}  RECV_LIST {lists['recv']}")
+    for line in s["lines"]:
+        extra = "  ".join(f"{k} {v}" for k, v in line.items() if k not in ("peer", "protocol", "state", "counters"))
+        print(f"line {line['peer']} {line['protocol']:5} {line['state']:10} {extra}")
+    print("counters: " + "  ".join(f"{k} {v}" for k, v in sorted(s["counters"].items())))

@@ -1,0 +1,102 @@
+"""The trace writer: JSON Lines under trace_dir (DESIGN.md section 6), rotated by size.
+
+Msg and line events are written at once (an OS write, no fsync) so they precede the reply that
+depends on them and a kill -9 loses none; frame events are buffered and flushed at least once a
+second so tracing does not slow the line. A trace that cannot be written is logged and counted,
+never fatal: traces serve the operator, the messages come first.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger("mccs.trace")
+
+VERSION = 1
+FLUSH_SECONDS = 1.0
+
+
+class TraceWriter:
+    def __init__(self, trace_dir: str | os.PathLike, host: str, max_bytes: int = 64 << 20):
+        self.dir = Path(trace_dir)
+        self.host = host
+        self.max_bytes = max_bytes
+        self.errors = 0
+        self._fd: int | None = None
+        self._size = 0
+        self._part = 0
+        self._pending: list[bytes] = []
+        self._pending_since = 0.0
+        self._stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}"
+        self._open()
+
+    def _open(self) -> None:
+        self._part += 1
+        path = self.dir / f"{self.host}-{self._stamp}-{self._part:03d}.jsonl"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+            self._size = 0
+        except OSError as e:
+            self._fd = None
+            self._fail(e)
+
+    def _fail(self, e: OSError) -> None:
+        self.errors += 1
+        if self.errors in (1, 10, 100) or self.errors % 1000 == 0:
+            log.warning("trace write failed (%d so far): %s", self.errors, e)
+
+    def _line(self, type_: str, line: str | None, proto: str | None, fields: dict) -> bytes:
+        event = {"v": VERSION, "ts": round(time.time(), 6), "host": self.host, "line": line,
+                 "proto": proto, "type": type_}
+        event.update((k, v) for k, v in fields.items() if v is not None)
+        return (json.dumps(event, separators=(",", ":")) + "\n").encode()
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None or self._size >= self.max_bytes:
+            if self._fd is not None:
+                os.close(self._fd)
+            self._open()
+        if self._fd is None:
+            return
+        try:
+            self._size += os.write(self._fd, data)
+        except OSError as e:
+            self._fail(e)
+
+    def msg(self, kind: str, *, line: str | None = None, proto: str | None = None, **fields) -> None:
+        """accepted sent acked received delivered duplicate: written now, before any reply."""
+        self._now("msg", line, proto, {"kind": kind, **fields})
+
+    def line(self, kind: str, line: str, proto: str, **fields) -> None:
+        """up down signon_refused timeout retry: written now."""
+        self._now("line", line, proto, {"kind": kind, **fields})
+
+    def _now(self, type_: str, line: str | None, proto: str | None, fields: dict) -> None:
+        """Write at once, after the buffered frames so the file stays in time order."""
+        self._pending.append(self._line(type_, line, proto, fields))
+        self.flush()
+
+    def frame(self, line: str, proto: str, ev) -> None:
+        """A FrameTraced event from a line machine: buffered, flushed within a second."""
+        if not self._pending:
+            self._pending_since = time.monotonic()
+        self._pending.append(self._line("frame", line, proto, {
+            "dir": ev.dir, "kind": ev.kind, "bytes": ev.nbytes, "ok": ev.ok, "seq": ev.seq,
+            "origin": ev.origin, "msg_id": ev.msg_id, "retransmit": ev.retransmit or None}))
+        if len(self._pending) >= 512 or time.monotonic() - self._pending_since >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            self._write(b"".join(self._pending))
+            self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
