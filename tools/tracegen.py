@@ -1,0 +1,641 @@
+"""Synthetic MCCS traces (DESIGN.md section 6) with known answers.
+
+The generator simulates a network of hosts joined by async and BSC lines closely enough for
+the analytics to meet every kind of event a real daemon writes: sign-ons, keep-alives, data
+frames with bad checks, rejects, lost frames and acks (timeouts, retries, retransmissions,
+duplicate arrivals), busy answers, line outages, lost, pending and doubly delivered messages,
+and MSG_IDs reused after wrap-around. It keeps its own tally of what it wrote, so
+`generate()` returns the figures `mccs analyze` must find; tests compare the two, and the
+benchmark uses it for large inputs. Events are formatted with string templates (not
+json.dumps) so ten million of them take about a minute.
+
+    python -m tools.tracegen OUT_DIR --hosts 6 --lines 8 --messages 20000 --duration 7200
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import gzip
+import json
+import math
+import os
+import random
+import shutil
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_KINDS = ("D", "ETB", "ETX")      # frames that carry a message image
+REJECT_KINDS = ("N", "NAK")
+MINUTE = 60.0
+RETRIES = 7                           # transmissions of one frame before the generator forces success
+
+
+@dataclass
+class TraceSpec:
+    """What to generate. Rates are per data-frame transmission."""
+    hosts: int = 4
+    lines: int | None = None           # default: a ring (a single line for two hosts)
+    messages: int = 1000               # messages accepted (all kinds below included)
+    duration: float = 3600.0           # seconds of traffic
+    start: float = 1_700_000_000.0     # epoch seconds of the first event
+    seed: int = 1
+    local_share: float = 0.05          # messages to a process on the same host
+    max_message: int = 128
+    frame_error_rate: float = 0.02     # data frame arrives with a bad check: reject, retransmit
+    frame_loss_rate: float = 0.01      # data frame lost: timeout, retry, retransmit
+    ack_loss_rate: float = 0.005       # answer lost: async retransmits (a duplicate arrival)
+    busy_rate: float = 0.01            # receiver answers busy (B / WACK)
+    outages: int = 2                   # line outages (down ... up), spread over the lines
+    outage_seconds: tuple[float, float] = (30.0, 300.0)
+    lost: int = 3                      # accepted, never received
+    pending: int = 2                   # received, never delivered
+    duplicated: int = 2                # delivered twice
+    id_space: int = 65536              # MSG_ID modulus; smaller values force reuse in tests
+    bauds: tuple[int, ...] = (2400, 4800, 9600, 19200)
+    keepalive: float = 30.0            # async keep-alive period
+    rotate_events: int = 50_000        # events per trace file before rotation
+    compress_rotated: bool = True      # rotated files become .jsonl.gz
+    malformed: int = 0                 # bad lines mixed into the files
+    unknown_fields: bool = True        # sprinkle fields the schema does not know
+
+
+def host_ids(n: int) -> list[str]:
+    return [chr(65 + i // 26) + chr(65 + i % 26) for i in range(n)]
+
+
+def topology(hosts: list[str], n_lines: int | None) -> list[tuple[str, str]]:
+    """A ring (so every host has a neighbour), then chords, as sorted pairs."""
+    n = len(hosts)
+    pairs: list[tuple[str, str]] = []
+    for step in range(1, n):
+        for i in range(n):
+            p = tuple(sorted((hosts[i], hosts[(i + step) % n])))
+            if p not in pairs:
+                pairs.append(p)
+    want = n_lines if n_lines is not None else (n if n > 2 else 1)
+    if not 1 <= want <= len(pairs):
+        raise ValueError(f"{n} hosts allow 1..{len(pairs)} lines, not {want}")
+    return pairs[:want]
+
+
+def line_name(a: str, b: str) -> str:
+    return "-".join(sorted((a, b)))
+
+
+class _Dir:
+    """The tally of one (line, host, dir) row, kept as events are written."""
+    __slots__ = ("kinds", "bytes", "data_frames", "data_messages", "retransmissions", "crc", "minutes")
+
+    def __init__(self):
+        self.kinds: Counter = Counter()
+        self.bytes = self.data_frames = self.data_messages = self.retransmissions = self.crc = 0
+        self.minutes: Counter = Counter()
+
+
+class _Msg:
+    __slots__ = ("origin", "msg_id", "dest", "accepted", "acked", "received", "delivered",
+                 "last", "local")
+
+    def __init__(self, origin, msg_id, dest, t):
+        self.origin, self.msg_id, self.dest, self.accepted = origin, msg_id, dest, t
+        self.acked = self.received = None
+        self.delivered: list[float] = []
+        self.last = t
+        self.local = origin == dest
+
+
+class _Writer:
+    """Per-host buffers flushed in time order into rotated (optionally gzipped) files."""
+
+    def __init__(self, root: Path, spec: TraceSpec, hosts: list[str]):
+        self.root, self.spec = root, spec
+        self.buf: dict[str, list] = {h: [] for h in hosts}
+        self.files: dict[str, object] = {}
+        self.count: dict[str, int] = {h: 0 for h in hosts}
+        self.part: dict[str, int] = {h: 0 for h in hosts}
+        self.paths: list[Path] = []
+        self.stamp = f"{int(spec.start)}"
+        for h in hosts:
+            (root / h).mkdir(parents=True, exist_ok=True)
+
+    def add(self, host: str, ts: float, text: str) -> None:
+        self.buf[host].append((ts, text))
+
+    def flush(self, watermark: float) -> None:
+        for host, buf in self.buf.items():
+            buf.sort(key=lambda e: e[0])
+            cut = bisect.bisect_left(buf, (watermark,)) if watermark != math.inf else len(buf)
+            for _, text in buf[:cut]:
+                self._write(host, text)
+            del buf[:cut]
+
+    def _write(self, host: str, text: str) -> None:
+        f = self.files.get(host)
+        if f is None or self.count[host] >= self.spec.rotate_events:
+            if f is not None:
+                self._rotate(host)
+            self.part[host] += 1
+            path = self.root / host / f"{host}-{self.stamp}-{self.part[host]:03d}.jsonl"
+            self.paths.append(path)
+            f = self.files[host] = open(path, "w", encoding="utf-8", buffering=1 << 20)
+            self.count[host] = 0
+        f.write(text)
+        self.count[host] += 1
+
+    def _rotate(self, host: str) -> None:
+        f = self.files.pop(host)
+        f.close()
+        if self.spec.compress_rotated:
+            path = Path(f.name)
+            with open(path, "rb") as src, gzip.open(f"{path}.gz", "wb", compresslevel=1) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            path.unlink()
+            self.paths[self.paths.index(path)] = Path(f"{path}.gz")
+
+    def close(self) -> None:
+        self.flush(math.inf)
+        for f in self.files.values():
+            f.close()
+
+
+class Generator:
+    """One simulation run; `run()` writes the files and returns the known answers."""
+
+    def __init__(self, trace_dir: str | os.PathLike, spec: TraceSpec):
+        self.spec = spec
+        self.rnd = random.Random(spec.seed)
+        self.hosts = host_ids(spec.hosts)
+        self.pairs = topology(self.hosts, spec.lines)
+        self.neigh: dict[str, list[str]] = defaultdict(list)
+        self.proto: dict[str, str] = {}
+        self.baud: dict[str, int] = {}
+        for i, (a, b) in enumerate(self.pairs):
+            self.neigh[a].append(b)
+            self.neigh[b].append(a)
+            name = line_name(a, b)
+            self.proto[name] = "async" if i % 2 == 0 else "bsc"
+            self.baud[name] = self.rnd.choice(spec.bauds)
+        self.out = _Writer(Path(trace_dir), spec, self.hosts)
+        self.dirs: dict[tuple[str, str, str], _Dir] = defaultdict(_Dir)
+        self.line_events: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
+        self.line_counts: Counter = Counter()           # (host, peer, kind)
+        self.msg_counts: Counter = Counter()            # (host, kind)
+        self.seq: Counter = Counter()                   # async SEQ per (host, peer)
+        self.outages: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.msgs: list[_Msg] = []
+        self.key_busy: dict[tuple[str, int], float] = {}
+        self.line_free: dict[str, float] = defaultdict(lambda: -math.inf)   # one transfer at a time
+        self.t_min, self.t_max = math.inf, -math.inf
+        self.events = 0
+        self.extra = 0
+
+    # -- writing events -------------------------------------------------------------------
+    def _emit(self, host: str, ts: float, text: str) -> None:
+        if ts < self.t_min:
+            self.t_min = ts
+        if ts > self.t_max:
+            self.t_max = ts
+        self.events += 1
+        if self.spec.unknown_fields:
+            self.extra += 1
+            if self.extra % 97 == 0:
+                text = text[:-2] + ',"note":{"by":"tracegen"}}\n'
+        self.out.add(host, ts, text)
+
+    def frame(self, ts, host, peer, dir_, kind, nbytes, ok=True, retransmit=False, msg=None):
+        name = line_name(host, peer)
+        proto = self.proto[name]
+        extra = ""
+        if proto == "async":
+            seq = 0
+            if kind == "D":
+                seq = self.seq[(host, peer, dir_)] % 256
+                self.seq[(host, peer, dir_)] += 1
+            extra = f',"seq":{seq}'
+        if msg is not None:
+            extra += f',"origin":"{msg.origin}","msg_id":{msg.msg_id}'
+        if retransmit:
+            extra += ',"retransmit":true'
+        self._emit(host, ts, f'{{"v":1,"ts":{ts!r},"host":"{host}","line":"{peer}","proto":"{proto}",'
+                             f'"type":"frame","dir":"{dir_}","kind":"{kind}","bytes":{nbytes},'
+                             f'"ok":{"true" if ok else "false"}{extra}}}\n')
+        d = self.dirs[(name, host, dir_)]
+        d.kinds[kind] += 1
+        d.bytes += nbytes
+        d.minutes[math.floor(ts / MINUTE)] += nbytes
+        if kind in DATA_KINDS:
+            d.data_frames += 1
+            if ok and not retransmit and msg is not None:
+                d.data_messages += 1
+        if retransmit:
+            d.retransmissions += 1
+        if not ok:
+            d.crc += 1
+
+    def exchange(self, ts, src, dst, kind, nbytes, ok=True, retransmit=False, msg=None, lost=False):
+        """src sends a frame, dst receives it (with ok) unless lost; returns the arrival time."""
+        self.frame(ts, src, dst, "tx", kind, nbytes, True, retransmit, msg)
+        arrive = ts + nbytes * 10 / self.baud[line_name(src, dst)] + self.rnd.uniform(0.0005, 0.003)
+        if not lost:
+            self.frame(arrive, dst, src, "rx", kind, nbytes, ok, False, msg)
+        return arrive
+
+    def line_event(self, ts, host, peer, kind, baud=None):
+        name = line_name(host, peer)
+        extra = f',"baud":{baud}' if baud is not None else ""
+        self._emit(host, ts, f'{{"v":1,"ts":{ts!r},"host":"{host}","line":"{peer}",'
+                             f'"proto":"{self.proto[name]}","type":"line","kind":"{kind}"{extra}}}\n')
+        self.line_counts[(host, peer, kind)] += 1
+        if kind in ("up", "down"):
+            self.line_events[(host, peer)].append((ts, kind))
+
+    def msg_event(self, ts, host, kind, m: _Msg, peer=None):
+        line = f'"line":"{peer}","proto":"{self.proto[line_name(host, peer)]}",' if peer else ""
+        self._emit(host, ts, f'{{"v":1,"ts":{ts!r},"host":"{host}",{line}"type":"msg","kind":"{kind}",'
+                             f'"origin":"{m.origin}","msg_id":{m.msg_id},"from_id":"{m.origin}SND ",'
+                             f'"to_id":"{m.dest}RCV ","user_id":{m.msg_id}}}\n')
+        self.msg_counts[(host, kind)] += 1
+        m.last = max(m.last, ts)
+
+    # -- the simulation -------------------------------------------------------------------
+    def run(self) -> dict:
+        s, rnd = self.spec, self.rnd
+        end = s.start + s.duration
+        self._lines_timeline(end)
+        counters = {h: rnd.randrange(s.id_space) for h in self.hosts}
+        n_special = s.lost + s.pending + s.duplicated
+        if n_special > s.messages:
+            raise ValueError("lost + pending + duplicated exceed messages")
+        special = rnd.sample(range(s.messages), n_special)
+        fate = {i: "lost" for i in special[:s.lost]}
+        fate.update({i: "pending" for i in special[s.lost:s.lost + s.pending]})
+        fate.update({i: "duplicated" for i in special[s.lost + s.pending:]})
+        times = sorted(rnd.uniform(s.start + 1.0, s.start + s.duration * 0.9) for _ in range(s.messages))
+        last_accept = {h: -math.inf for h in self.hosts}
+        horizon = s.outage_seconds[1] + 120.0
+        for i, t in enumerate(times):
+            origin = rnd.choice(self.hosts)
+            dest = origin if rnd.random() < s.local_share else rnd.choice(self.neigh[origin])
+            msg_id = counters[origin] % s.id_space
+            counters[origin] += 1
+            t = max(t, last_accept[origin] + 1e-4, self.key_busy.get((origin, msg_id), -math.inf) + 0.01)
+            last_accept[origin] = t
+            m = _Msg(origin, msg_id, dest, t)
+            self.msgs.append(m)
+            self._message(m, fate.get(i, "normal"))
+            self.key_busy[(origin, msg_id)] = m.last
+            if i % 20000 == 19999:
+                self.out.flush(t - horizon)
+        self._inject_malformed()
+        self.out.close()
+        return self.answers()
+
+    def _lines_timeline(self, end: float) -> None:
+        """Sign-ons at the start, outages, keep-alives; line events at both ends."""
+        s, rnd = self.spec, self.rnd
+        for _ in range(s.outages):
+            a, b = rnd.choice(self.pairs)
+            length = rnd.uniform(*s.outage_seconds)
+            t0 = rnd.uniform(s.start + 60, end - length - 10)
+            name = line_name(a, b)
+            if all(t0 > e + 5 or t0 + length < b0 - 5 for b0, e in self.outages[name]):
+                self.outages[name].append((t0, t0 + length))
+        for a, b in self.pairs:
+            name = line_name(a, b)
+            self._signon(s.start + rnd.uniform(0, 0.5), a, b)
+            for t0, t1 in sorted(self.outages[name]):
+                self._outage(t0, t1, a, b)
+            if self.proto[name] == "async":
+                t = s.start + s.keepalive
+                while t < end:
+                    if not self._down(name, t):
+                        self.exchange(t, a, b, "P", 7)
+                        self.exchange(t + 0.2, b, a, "P", 7)
+                    t += s.keepalive
+
+    def _signon(self, t, a, b):
+        name = line_name(a, b)
+        baud = self.baud[name]
+        if self.proto[name] == "async":
+            t = self.exchange(t, a, b, "S", 40)
+            t = self.exchange(t + 0.001, b, a, "T", 40)
+        else:
+            t = self.exchange(t, a, b, "ID", 12)
+            t = self.exchange(t + 0.001, b, a, "ID", 13)
+        self.line_event(t + 0.0005, b, a, "up", baud)
+        self.line_event(t + 0.001, a, b, "up", baud)
+
+    def _outage(self, t0, t1, a, b):
+        """A cable pulled: both ends time out, retry and go DOWN, then sign on again."""
+        rnd = self.rnd
+        for h, p in ((a, b), (b, a)):
+            t = t0 + rnd.uniform(0, 2)
+            for _ in range(2):
+                self.line_event(t, h, p, "timeout")
+                self.line_event(t + 0.001, h, p, "retry")
+                t += 3.0
+            self.line_event(t0 + 7 + rnd.uniform(0, 1), h, p, "down")
+        self._signon(t1, a, b)
+
+    def _down(self, name: str, t: float) -> float | None:
+        """The end of the outage of `name` that covers t (with a margin), else None."""
+        for t0, t1 in self.outages[name]:
+            if t0 - 5 <= t <= t1 + 1:
+                return t1 + 1 + self.rnd.uniform(0.1, 2)
+        return None
+
+    def _message(self, m: _Msg, fate: str) -> None:
+        rnd = self.rnd
+        self.msg_event(m.accepted, m.origin, "accepted", m)
+        if fate == "lost":
+            return
+        t = m.accepted + rnd.uniform(0.001, 0.05)
+        if m.local:
+            m.received = t
+            self.msg_event(t, m.dest, "received", m)
+        else:
+            name = line_name(m.origin, m.dest)
+            t = max(t, self.line_free[name])
+            t = self._down(name, t) or t
+            size = 18 + rnd.randint(1, self.spec.max_message)
+            send = self._send_async if self.proto[name] == "async" else self._send_bsc
+            self.line_free[name] = send(t, m, size)
+        if fate == "pending":
+            return
+        t = m.received + rnd.expovariate(2.0) + 0.002
+        m.delivered.append(t)
+        self.msg_event(t, m.dest, "delivered", m)
+        if fate == "duplicated":
+            t += rnd.uniform(1, 30)
+            m.delivered.append(t)
+            self.msg_event(t, m.dest, "delivered", m)
+
+    def _send_async(self, t, m: _Msg, size) -> float:
+        """D frames until acknowledged; returns when the line is free again."""
+        s, rnd = self.spec, self.rnd
+        o, d = m.origin, m.dest
+        nbytes = 7 + size + rnd.choice((0, 0, 0, 1, 2))
+        timeout = 2 * 8 * nbytes * 10 / self.baud[line_name(o, d)] + 1.0
+        self.msg_event(t, o, "sent", m, d)
+        for attempt in range(RETRIES):
+            last = attempt == RETRIES - 1
+            r = rnd.random()
+            lost = not last and r < s.frame_loss_rate
+            bad = not last and not lost and r < s.frame_loss_rate + s.frame_error_rate
+            arrive = self.exchange(t + 0.0001, o, d, "D", nbytes, not bad, attempt > 0, m, lost)
+            if lost:
+                self.line_event(t + timeout, o, d, "timeout")
+                self.line_event(t + timeout + 0.001, o, d, "retry")
+                t += timeout + 0.002
+                continue
+            if bad:
+                t = self.exchange(arrive + 0.001, d, o, "N", 7) + 0.001
+                continue
+            if m.received is None:
+                m.received = arrive + 0.0005
+                self.msg_event(m.received, d, "received", m, o)
+            else:
+                self.msg_event(arrive + 0.0005, d, "duplicate", m, o)
+            t = arrive + 0.001
+            if rnd.random() < s.busy_rate:
+                t = self.exchange(t, d, o, "B", 7) + rnd.uniform(0.5, 2)
+            ack_lost = not last and rnd.random() < s.ack_loss_rate
+            t = self.exchange(t, d, o, "A", 7, lost=ack_lost)
+            if ack_lost:
+                self.line_event(t + timeout, o, d, "timeout")
+                self.line_event(t + timeout + 0.001, o, d, "retry")
+                t += timeout + 0.002
+                continue
+            m.acked = t + 0.0005
+            self.msg_event(m.acked, o, "acked", m, d)
+            return m.acked
+
+    def _send_bsc(self, t, m: _Msg, size) -> float:
+        """Bid, blocks until acknowledged, EOT; returns when the line is free again."""
+        s, rnd = self.spec, self.rnd
+        o, d = m.origin, m.dest
+        timeout = 2.7
+        while True:                                      # line bid
+            t = self.exchange(t, o, d, "ENQ", 5)
+            if rnd.random() >= s.busy_rate:
+                break
+            t = self.exchange(t + 0.001, d, o, "WACK", 5) + rnd.uniform(0.5, 2)
+        t = self.exchange(t + 0.001, d, o, "ACK0", 5) + 0.001
+        self.msg_event(t, o, "sent", m, d)
+        if rnd.random() < s.busy_rate:                   # sender needs time: TTD, answered NAK
+            t = self.exchange(t, o, d, "TTD", 4)
+            t = self.exchange(t + 0.001, d, o, "NAK", 5) + 0.001
+        nbytes = 9 + size + rnd.choice((0, 0, 0, 1))
+        for attempt in range(RETRIES):
+            last = attempt == RETRIES - 1
+            r = rnd.random()
+            lost = not last and r < s.frame_loss_rate
+            bad = not last and not lost and r < s.frame_loss_rate + s.frame_error_rate
+            arrive = self.exchange(t, o, d, "ETX", nbytes, not bad, attempt > 0, m, lost)
+            if lost:                                    # no answer: ENQ asks for the last reply
+                self.line_event(t + timeout, o, d, "timeout")
+                self.line_event(t + timeout + 0.001, o, d, "retry")
+                t = self.exchange(t + timeout + 0.002, o, d, "ENQ", 5)
+                t = self.exchange(t + 0.001, d, o, "ACK0", 5) + 0.001
+                continue
+            if bad:
+                t = self.exchange(arrive + 0.001, d, o, "NAK", 5) + 0.001
+                continue
+            break
+        m.received = arrive + 0.0005
+        self.msg_event(m.received, d, "received", m, o)
+        reply = "RVI" if rnd.random() < s.busy_rate else "ACK1"
+        t = self.exchange(arrive + 0.001, d, o, reply, 5)
+        m.acked = t + 0.0005
+        self.msg_event(m.acked, o, "acked", m, d)
+        return self.exchange(m.acked + 0.001, o, d, "EOT", 4)
+
+    def _inject_malformed(self) -> None:
+        bad = ['not json at all', '{"v":1,"ts":', '{"v":1,"ts":"yesterday","host":"AA","type":"frame"}',
+               '{"v":1,"host":"AA","type":"msg","kind":"accepted"}', '\x00\x01garbage\x7f',
+               '{"v":1,"ts":1700000000.5,"type":"frame","kind":"D"}', '{"v":1,"ts":1700000000.5,"host":"AA"}']
+        for i in range(self.spec.malformed):
+            host = self.rnd.choice(self.hosts)
+            buf = self.out.buf[host]
+            ts = buf[self.rnd.randrange(len(buf))][0] if buf else self.spec.start
+            self.out.add(host, ts, bad[i % len(bad)] + "\n")
+
+    # -- the known answers ----------------------------------------------------------------
+    def answers(self) -> dict:
+        ws, we = self.t_min, self.t_max
+        span = we - ws
+        directions = []
+        for (a, b) in self.pairs:
+            name = line_name(a, b)
+            baud = self.baud[name]
+            for host, peer in ((a, b), (b, a)):
+                up = up_seconds(self.line_events[(host, peer)], ws, we)
+                for dir_ in ("rx", "tx"):
+                    d = self.dirs[(name, host, dir_)]
+                    other = self.dirs[(name, host, "tx" if dir_ == "rx" else "rx")]
+                    naks = sum(d.kinds[k] for k in REJECT_KINDS)
+                    cap = baud / 10.0
+                    directions.append({
+                        "line": name, "host": host, "peer": peer, "dir": dir_, "proto": self.proto[name],
+                        "baud": baud, "frames": sum(d.kinds.values()),
+                        "frames_by_kind": {k: v for k, v in sorted(d.kinds.items())},
+                        "bytes": d.bytes, "data_frames": d.data_frames, "data_messages": d.data_messages,
+                        "retransmissions": d.retransmissions, "naks": naks,
+                        "reject_rate": naks / other.data_frames if other.data_frames else None,
+                        "crc_failures": d.crc,
+                        "timeouts": self.line_counts[(host, peer, "timeout")] if dir_ == "tx" else 0,
+                        "retries": self.line_counts[(host, peer, "retry")] if dir_ == "tx" else 0,
+                        "downs": self.line_counts[(host, peer, "down")],
+                        "up_seconds": up, "availability": up / span if span > 0 else None,
+                        "utilisation": d.bytes / cap / up if up > 0 else None,
+                        "utilisation_peak_minute": max(d.minutes.values()) / cap / MINUTE if d.minutes else None,
+                    })
+        directions.sort(key=lambda r: (r["line"], r["host"], r["dir"]))
+        return {
+            "input": {"events": self.events, "malformed": self.spec.malformed,
+                      "window": {"start": ws, "end": we, "seconds": span}},
+            "directions": directions,
+            "lines": line_rows(directions),
+            "messages": self._message_answers(),
+            "hosts": self._host_answers(),
+            "accepted_times": sorted(m.accepted for m in self.msgs),
+            "files": [str(p) for p in self.out.paths],
+        }
+
+    def _message_answers(self) -> dict:
+        lat = sorted(m.delivered[0] - m.accepted for m in self.msgs if m.delivered)
+        return {
+            "accepted": len(self.msgs),
+            "delivered": sum(1 for m in self.msgs if m.delivered),
+            "lost": sum(1 for m in self.msgs if m.received is None and not m.delivered),
+            "pending": sum(1 for m in self.msgs if m.received is not None and not m.delivered),
+            "duplicated": sum(1 for m in self.msgs if len(m.delivered) > 1),
+            "duplicate_arrivals": sum(v for (h, k), v in self.msg_counts.items() if k == "duplicate"),
+            "unmatched": 0,
+            "latency": latency_stats(lat),
+        }
+
+    def _host_answers(self) -> list[dict]:
+        steps: dict[str, dict[str, list]] = {h: {"send": [], "recv": []} for h in self.hosts}
+        for m in self.msgs:
+            if not m.local:
+                steps[m.origin]["send"].append((m.accepted, 1))
+                if m.acked is not None:
+                    steps[m.origin]["send"].append((m.acked, -1))
+            if m.received is not None:
+                steps[m.dest]["recv"].append((m.received, 1))
+                if m.delivered:
+                    steps[m.dest]["recv"].append((m.delivered[0], -1))
+        rows = []
+        for h in self.hosts:
+            c = {k: self.msg_counts[(h, k)] for k in ("accepted", "sent", "acked", "received", "delivered",
+                                                      "duplicate")}
+            rows.append({"host": h, **{k: v for k, v in c.items() if k != "duplicate"},
+                         "duplicates_dropped": c["duplicate"],
+                         "send_list_hwm": high_water(steps[h]["send"]),
+                         "recv_list_hwm": high_water(steps[h]["recv"])})
+        return rows
+
+
+def up_seconds(events: list[tuple[float, str]], ws: float, we: float) -> float:
+    """Seconds UP within [ws, we] from one host's up/down events of a line (unknown = down,
+    except that a first event `down` means the line was up before it)."""
+    events = sorted(events)
+    total = 0.0
+    since = ws if events and events[0][1] == "down" else None
+    for ts, kind in events:
+        if kind == "up" and since is None:
+            since = ts
+        elif kind == "down" and since is not None:
+            total += max(0.0, min(ts, we) - max(since, ws))
+            since = None
+    if since is not None:
+        total += max(0.0, we - max(since, ws))
+    return total
+
+
+def high_water(steps: list[tuple[float, int]]) -> int:
+    """Largest running sum of +1/-1 steps in time order (decrements first on a tie)."""
+    level = top = 0
+    for _, delta in sorted(steps):
+        level += delta
+        top = max(top, level)
+    return top
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, Spark's `percentile`)."""
+    pos = (len(sorted_values) - 1) * p
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if lo == hi:
+        return sorted_values[lo]
+    return (hi - pos) * sorted_values[lo] + (pos - lo) * sorted_values[hi]
+
+
+def latency_stats(sorted_lat: list[float]) -> dict:
+    if not sorted_lat:
+        return {"count": 0, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+    return {"count": len(sorted_lat), "mean": sum(sorted_lat) / len(sorted_lat),
+            "p50": percentile(sorted_lat, 0.5), "p95": percentile(sorted_lat, 0.95),
+            "p99": percentile(sorted_lat, 0.99), "max": sorted_lat[-1]}
+
+
+def line_rows(directions: list[dict]) -> list[dict]:
+    """Per-line figures from the direction rows (shared by the generator and the analysis)."""
+    by_line: dict[str, list[dict]] = defaultdict(list)
+    for r in directions:
+        by_line[r["line"]].append(r)
+    rows = []
+    for name, rs in sorted(by_line.items()):
+        tx = [r for r in rs if r["dir"] == "tx"]
+        avail = [r["availability"] for r in tx if r["availability"] is not None]
+        rows.append({
+            "line": name, "proto": next((r["proto"] for r in rs if r["proto"]), None),
+            "baud": next((r["baud"] for r in rs if r["baud"]), None),
+            "hosts": sorted({r["host"] for r in rs}),
+            "frames": sum(r["frames"] for r in tx), "bytes": sum(r["bytes"] for r in tx),
+            "data_messages": sum(r["data_messages"] for r in tx),
+            "retransmissions": sum(r["retransmissions"] for r in tx),
+            "crc_failures": sum(r["crc_failures"] for r in rs),
+            "timeouts": sum(r["timeouts"] for r in rs),
+            "outages": max((r["downs"] for r in tx), default=0),
+            "up_seconds": min((r["up_seconds"] for r in tx), default=0.0),
+            "availability": min(avail) if avail else None,
+        })
+    return rows
+
+
+def generate(trace_dir: str | os.PathLike, spec: TraceSpec | None = None, **overrides) -> dict:
+    """Write traces for `spec` (fields may be overridden by keyword) and return the known answers."""
+    spec = spec or TraceSpec()
+    if overrides:
+        spec = TraceSpec(**{**spec.__dict__, **overrides})
+    return Generator(trace_dir, spec).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.tracegen", description=__doc__.split("\n\n")[0])
+    p.add_argument("trace_dir")
+    defaults = TraceSpec()
+    for name in ("hosts", "lines", "messages", "duration", "seed", "outages", "lost", "pending",
+                 "duplicated", "malformed", "rotate_events", "id_space"):
+        value = getattr(defaults, name)
+        p.add_argument(f"--{name.replace('_', '-')}", type=float if isinstance(value, float) else int,
+                       default=value)
+    p.add_argument("--no-gzip", action="store_true", help="leave rotated files uncompressed")
+    p.add_argument("--answers", help="write the known answers to this JSON file")
+    a = p.parse_args(argv)
+    spec = TraceSpec(**{k: v for k, v in vars(a).items() if k in TraceSpec.__dataclass_fields__},
+                     compress_rotated=not a.no_gzip)
+    answers = generate(a.trace_dir, spec)
+    if a.answers:
+        Path(a.answers).write_text(json.dumps(answers, indent=1))
+    print(f"{answers['input']['events']} events, {answers['messages']['accepted']} messages, "
+          f"{len(answers['files'])} files under {a.trace_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
