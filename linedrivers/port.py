@@ -1,0 +1,221 @@
+"""The pyserial port layer: one serial line, opened in the background and kept open.
+
+A line's port can fail at any time (a USB adapter pulled, the other end of a pty closed,
+a socket dropped), and a daemon must outlive that: SerialPort opens the port on its own
+thread, retrying with exponential back-off, reads without busy-waiting, writes from a
+queue so the caller never blocks, and when the port is lost reports it and reopens.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Callable
+
+import serial
+
+log = logging.getLogger(__name__)
+
+BACKOFF_MIN = 0.1
+READ_TIMEOUT = 0.1  # the reader's longest sleep when cancel_read is not available
+STABLE = 1.0  # a port open this long resets the back-off
+
+
+class SerialPort:
+    """One serial port by pyserial name or URL; see the module docstring.
+
+    on_data(data, now) and raw_hook("rx", data, now) run on the reader thread,
+    raw_hook("tx", data, now) on the writer thread, on_state(open, reason) on the reader
+    thread. `now` is time.monotonic().
+    """
+
+    def __init__(self, url: str, *, baudrate: int = 9600, bytesize: int = 8, parity: str = "N",
+                 stopbits: float = 1, rtscts: bool = False, xonxoff: bool = False,
+                 on_data: Callable[[bytes, float], None],
+                 on_state: Callable[[bool, str], None] | None = None,
+                 raw_hook: Callable[[str, bytes, float], None] | None = None,
+                 backoff_max: float = 60.0, exclusive: bool = True) -> None:
+        self.url = url
+        self.settings = dict(baudrate=baudrate, bytesize=bytesize, parity=parity, stopbits=stopbits,
+                             rtscts=rtscts, xonxoff=xonxoff)
+        self.exclusive = exclusive
+        self.on_data, self.on_state, self.raw_hook = on_data, on_state, raw_hook
+        self.backoff_max = max(backoff_max, BACKOFF_MIN)
+        self.counters = dict.fromkeys(("opens", "open_failures", "losses", "bytes_in", "bytes_out",
+                                       "dropped_out"), 0)
+        self.last_error = ""
+        self._port: serial.SerialBase | None = None
+        self._lock = threading.Lock()
+        self._out: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._write_error = ""
+        self._generation = 0  # bumped at every open: bytes queued for a lost port are dropped
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def is_open(self) -> bool:
+        return self._port is not None
+
+    def start(self) -> "SerialPort":
+        """Open in the background (retrying with back-off) and start the reader and writer."""
+        self._threads = [threading.Thread(target=self._reader, name=f"port rx {self.url}", daemon=True),
+                         threading.Thread(target=self._writer, name=f"port tx {self.url}", daemon=True)]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the line; never blocks. While the port is closed they are dropped."""
+        if not data:
+            return
+        if self._port is None:
+            self.counters["dropped_out"] += len(data)
+            return
+        self._out.put((self._generation, bytes(data)))
+
+    def close(self) -> None:
+        """Stop both threads and close the port."""
+        self._stop.set()
+        self._out.put(None)
+        self._cancel()
+        for t in self._threads:
+            t.join()
+        self._threads = []
+
+    def __enter__(self) -> "SerialPort":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- opening ------------------------------------------------------------------------------
+    def _open(self) -> serial.SerialBase:
+        port = serial.serial_for_url(self.url, do_not_open=True)
+        port.apply_settings(self.settings)
+        port.timeout = READ_TIMEOUT
+        if self.exclusive and isinstance(port, serial.Serial):  # native ports only: socket:// and loop:// lack it
+            port.exclusive = True
+        port.open()
+        return port
+
+    def _reader(self) -> None:
+        """Open, read until the port is lost, report, back off, and again, until close()."""
+        delay = BACKOFF_MIN
+        while not self._stop.is_set():
+            try:
+                port = self._open()
+            except (serial.SerialException, OSError, ValueError) as e:
+                self.counters["open_failures"] += 1
+                if str(e) != self.last_error:
+                    log.warning("%s: cannot open: %s (retrying)", self.url, e)
+                self.last_error = str(e)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.backoff_max)
+                continue
+            opened = time.monotonic()
+            self._write_error = ""
+            with self._lock:
+                self._generation += 1
+                self._port = port
+            self.counters["opens"] += 1
+            log.info("%s: open", self.url)
+            self._notify(True, "open")
+            reason = self._read_until_lost(port)
+            with self._lock:
+                self._port = None
+            self._close_port(port)
+            if self._stop.is_set():
+                break
+            self.counters["losses"] += 1
+            self.last_error = reason
+            log.warning("%s: lost: %s", self.url, reason)
+            self._notify(False, reason)
+            if time.monotonic() - opened >= STABLE:
+                delay = BACKOFF_MIN
+            self._stop.wait(delay)
+            delay = min(delay * 2, self.backoff_max)
+
+    def _notify(self, is_open: bool, reason: str) -> None:
+        if self.on_state:
+            try:
+                self.on_state(is_open, reason)
+            except Exception:
+                log.exception("%s: on_state failed", self.url)
+
+    # ---- reading ------------------------------------------------------------------------------
+    def _read_until_lost(self, port: serial.SerialBase) -> str:
+        """Deliver bytes until close() or an error; return why the port was lost."""
+        while not self._stop.is_set():
+            if self._write_error:
+                return self._write_error
+            try:
+                data = port.read(1)  # blocks up to READ_TIMEOUT (select inside for native ports)
+                if data:
+                    waiting = port.in_waiting
+                    if waiting:
+                        data += port.read(waiting)
+            except (serial.SerialException, OSError) as e:
+                return f"read failed: {e}"
+            except TypeError:  # pyserial on a port closed by close() from another thread
+                return "closed"
+            if data:
+                now = time.monotonic()
+                self.counters["bytes_in"] += len(data)
+                if self.raw_hook:
+                    self.raw_hook("rx", data, now)
+                try:
+                    self.on_data(data, now)
+                except Exception:
+                    log.exception("%s: on_data failed", self.url)
+        return "closed"
+
+    # ---- writing ------------------------------------------------------------------------------
+    def _writer(self) -> None:
+        while True:
+            item = self._out.get()
+            items = [item]
+            while item is not None:  # coalesce what is queued into one write
+                try:
+                    item = self._out.get_nowait()
+                except queue.Empty:
+                    break
+                items.append(item)
+            if items[-1] is None:
+                return
+            with self._lock:
+                port, generation = self._port, self._generation
+            data = b"".join(d for g, d in items if g == generation and port is not None)
+            self.counters["dropped_out"] += sum(len(d) for _, d in items) - len(data)
+            if not data:
+                continue
+            try:
+                port.write(data)
+            except (serial.SerialException, OSError, TypeError, AttributeError) as e:
+                self.counters["dropped_out"] += len(data)
+                if not self._stop.is_set() and port is self._port and not self._write_error:
+                    self._write_error = f"write failed: {e}"
+                    self._cancel()
+                continue
+            self.counters["bytes_out"] += len(data)
+            if self.raw_hook:
+                self.raw_hook("tx", data, time.monotonic())
+
+    def _cancel(self) -> None:
+        """Wake a reader blocked in read() and a writer blocked in write()."""
+        with self._lock:
+            port = self._port
+            if port is None:
+                return
+            for name in ("cancel_read", "cancel_write"):
+                try:
+                    getattr(port, name, lambda: None)()
+                except (OSError, serial.SerialException):
+                    pass
+
+    @staticmethod
+    def _close_port(port: serial.SerialBase) -> None:
+        try:
+            port.close()
+        except (serial.SerialException, OSError):
+            pass

@@ -1,0 +1,132 @@
+"""linedrivers.port.SerialPort over real ptys (tools.vserial) and pyserial URLs."""
+import queue
+import time
+
+import pytest
+
+from linedrivers.port import SerialPort
+from tools.vserial import Line
+
+
+class Recorder:
+    """Collects what a SerialPort reports, for a test to wait on."""
+
+    def __init__(self):
+        self.data = bytearray()
+        self.states = queue.Queue()
+        self.raw = []
+
+    def on_data(self, data, now):
+        assert isinstance(now, float)
+        self.data += data
+
+    def on_state(self, is_open, reason):
+        self.states.put((is_open, reason))
+
+    def raw_hook(self, direction, data, now):
+        self.raw.append((direction, data, now))
+
+    def port(self, url, **kw):
+        return SerialPort(url, on_data=self.on_data, on_state=self.on_state, raw_hook=self.raw_hook, **kw)
+
+    def wait_data(self, n, timeout=5.0):
+        end = time.monotonic() + timeout
+        while len(self.data) < n and time.monotonic() < end:
+            time.sleep(0.01)
+        return bytes(self.data)
+
+    def wait_state(self, timeout=5.0):
+        return self.states.get(timeout=timeout)
+
+
+@pytest.fixture
+def line(tmp_path):
+    with Line(str(tmp_path / "AA.BB"), str(tmp_path / "BB.AA"), baud=115200) as ln:
+        yield ln
+
+
+@pytest.mark.timeout(20)
+def test_two_ports_exchange_bytes_and_the_hook_sees_them(line):
+    ra, rb = Recorder(), Recorder()
+    with ra.port(line.end_a, baudrate=115200) as a, rb.port(line.end_b, baudrate=115200) as b:
+        assert ra.wait_state() == (True, "open") and rb.wait_state() == (True, "open")
+        assert a.is_open and b.is_open
+        a.write(b"hello ")
+        a.write(b"world")
+        b.write(bytes(range(256)))
+        assert rb.wait_data(11) == b"hello world"
+        assert ra.wait_data(256) == bytes(range(256))
+        time.sleep(0.1)
+        assert a.counters["bytes_out"] == 11 and a.counters["bytes_in"] == 256
+        assert b.counters["bytes_in"] == 11 and a.counters["opens"] == 1
+    assert b"".join(d for k, d, _ in ra.raw if k == "tx") == b"hello world"
+    assert b"".join(d for k, d, _ in ra.raw if k == "rx") == bytes(range(256))
+    assert not a.is_open
+
+
+@pytest.mark.timeout(20)
+def test_port_reopens_after_a_hangup(line):
+    ra, rb = Recorder(), Recorder()
+    with ra.port(line.end_a, backoff_max=0.4) as a, rb.port(line.end_b, backoff_max=0.4) as b:
+        assert ra.wait_state()[0] and rb.wait_state()[0]
+        line.hangup()
+        is_open, reason = rb.wait_state()
+        assert not is_open and "read failed" in reason
+        assert not ra.wait_state()[0]
+        a.write(b"into the void")  # dropped while closed, counted
+        assert a.counters["dropped_out"] >= 13
+        time.sleep(0.5)  # the ports retry while the device names are gone
+        line.reconnect()
+        assert ra.wait_state() == (True, "open") and rb.wait_state() == (True, "open")
+        a.write(b"again")
+        assert rb.wait_data(5) == b"again"
+        assert a.counters["opens"] == 2 and a.counters["losses"] == 1
+        assert a.counters["open_failures"] >= 1
+
+
+@pytest.mark.timeout(20)
+def test_port_waits_for_a_device_that_appears_later(tmp_path):
+    r = Recorder()
+    with r.port(str(tmp_path / "AA.BB"), backoff_max=0.2) as a:
+        time.sleep(0.5)
+        assert not a.is_open and a.counters["open_failures"] >= 2
+        a.write(b"early")
+        assert a.counters["dropped_out"] == 5
+        with Line(str(tmp_path / "AA.BB"), str(tmp_path / "BB.AA"), baud=115200):
+            assert r.wait_state() == (True, "open")
+            assert a.is_open
+
+
+@pytest.mark.timeout(20)
+def test_exclusive_keeps_a_second_opener_out(line):
+    r1, r2 = Recorder(), Recorder()
+    with r1.port(line.end_a) as first:
+        assert r1.wait_state()[0]
+        with r2.port(line.end_a, backoff_max=0.2) as second:
+            time.sleep(0.6)
+            assert not second.is_open and second.counters["open_failures"] >= 2
+            assert "exclusively lock" in second.last_error
+        assert first.is_open
+
+
+@pytest.mark.timeout(20)
+def test_loop_url_without_exclusive_support():
+    r = Recorder()
+    with r.port("loop://", baudrate=115200) as p:
+        assert r.wait_state() == (True, "open")
+        p.write(b"round trip")
+        assert r.wait_data(10) == b"round trip"
+
+
+@pytest.mark.timeout(20)
+def test_close_is_prompt_and_bad_urls_do_not_crash(line):
+    r = Recorder()
+    p = r.port(line.end_a).start()
+    assert r.wait_state()[0]
+    t0 = time.monotonic()
+    p.close()
+    assert time.monotonic() - t0 < 0.5
+    bad = Recorder().port("nosuchscheme://x", backoff_max=0.2).start()
+    time.sleep(0.3)
+    assert not bad.is_open and bad.counters["open_failures"] >= 1
+    bad.close()
