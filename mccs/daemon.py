@@ -193,8 +193,9 @@ class Daemon:
         self._traces.append((kind, blk, extra))
 
     def answer(self, prq: PRQBLOK, obj: dict) -> None:
-        if prq.conn is not None:
-            self._replies.append((prq.conn, {"id": prq.rid, **obj}))
+        for conn, rid in [(prq.conn, prq.rid), *prq.retries]:
+            if conn is not None:
+                self._replies.append((conn, {"id": rid, **obj}))
 
     def message_dict(self, blk: MSGBLOK) -> dict:
         return {"rid": blk.seq, "from_id": blk.from_id, "to_id": blk.to_id, "msg_id": blk.msg_id,
@@ -251,8 +252,8 @@ class Daemon:
             conn.reply({"id": rid, "ok": True, "msg_id": done[0], "to": done[1]})
             return
         for prq in self.lists.wait:
-            if prq.op == "send" and prq.req == request_id:  # a retry of one still waiting for a buffer
-                prq.conn, prq.rid = conn, rid
+            if prq.op == "send" and prq.req == request_id:  # a retry of one not yet stored
+                prq.retries.append((conn, rid))
                 return
         self.lists.wait.append(PRQBLOK("send", conn, rid, conn.name, to_id, user_id, data, req=request_id))
         self.wake()

@@ -56,6 +56,7 @@ class PRQBLOK:
     wait: bool = True  # RECV: STATUS 0
     deadline: float | None = None  # RECV: give up (answer "nothing") at this monotonic time
     durable: bool = False  # SEND: stored in the checkpoint's wait_list
+    retries: list = field(default_factory=list)  # SEND: (conn, rid) of the same request asked again meanwhile
 
 
 class BlockList:

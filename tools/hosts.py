@@ -1,0 +1,117 @@
+"""Host daemons as real separate processes, for tests, `mccs loopback`, the demo and benchmarks.
+
+`write_config` writes a host's TOML; `DaemonProcess` starts `mccs daemon` on it, waits until it
+answers on its socket, and stops it with SIGTERM or kills it with SIGKILL (a crash).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_config(directory: str | os.PathLike, host: str, lines: list[dict] = (), **host_keys) -> Path:
+    """Write `<directory>/<host>.toml` with socket, checkpoint and trace_dir beside it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    keys = {"id": host, "socket": f"run/{host}.sock", "checkpoint": f"{host}.db", "trace_dir": f"trace/{host}",
+            **host_keys}
+    text = ["[host]"] + [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
+    for line in lines:
+        text += ["", "[[line]]"] + [f"{k} = {_toml_value(v)}" for k, v in line.items()]
+    path = directory / f"{host}.toml"
+    path.write_text("\n".join(text) + "\n")
+    return path
+
+
+def socket_answers(path: str) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class DaemonProcess:
+    """`mccs daemon -c CONFIG` in a child process; its stderr goes to `<config>.log`."""
+
+    def __init__(self, config: str | os.PathLike, env: dict | None = None):
+        from mccs.config import load
+        self.config = Path(config)
+        self.cfg = load(self.config)
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.config.with_suffix(".log")
+        self.starts = 0
+
+    def start(self, wait: float = 20.0) -> "DaemonProcess":
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "mccs.cli", "daemon", "-c", str(self.config)],
+                                     stdout=log, stderr=log, env=self.env, start_new_session=True)
+        log.close()
+        self.starts += 1
+        if wait:
+            self.wait_ready(wait)
+        return self
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon {self.cfg.id} exited with {self.proc.returncode}: {self.log_tail()}")
+            if socket_answers(self.cfg.socket):
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"daemon {self.cfg.id} did not answer within {timeout} s: {self.log_tail()}")
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """kill -9: a crash, nothing flushed, nothing signed off."""
+        if self.running:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM: lines sign off, the daemon exits 0."""
+        if not self.running:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def restart(self, wait: float = 20.0) -> None:
+        self.kill()
+        self.start(wait)
+
+    def __enter__(self) -> "DaemonProcess":
+        return self.start() if not self.running else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
