@@ -26,9 +26,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_KINDS = ("D", "ETB", "ETX")      # frames that carry a message image
-REJECT_KINDS = ("N", "NAK")
-MINUTE = 60.0
+from tools.analyze_schema import DATA_KINDS, MINUTE, REJECT_KINDS, line_rows
+
 RETRIES = 7                           # transmissions of one frame before the generator forces success
 
 
@@ -580,31 +579,6 @@ def latency_stats(sorted_lat: list[float]) -> dict:
     return {"count": len(sorted_lat), "mean": sum(sorted_lat) / len(sorted_lat),
             "p50": percentile(sorted_lat, 0.5), "p95": percentile(sorted_lat, 0.95),
             "p99": percentile(sorted_lat, 0.99), "max": sorted_lat[-1]}
-
-
-def line_rows(directions: list[dict]) -> list[dict]:
-    """Per-line figures from the direction rows (shared by the generator and the analysis)."""
-    by_line: dict[str, list[dict]] = defaultdict(list)
-    for r in directions:
-        by_line[r["line"]].append(r)
-    rows = []
-    for name, rs in sorted(by_line.items()):
-        tx = [r for r in rs if r["dir"] == "tx"]
-        avail = [r["availability"] for r in tx if r["availability"] is not None]
-        rows.append({
-            "line": name, "proto": next((r["proto"] for r in rs if r["proto"]), None),
-            "baud": next((r["baud"] for r in rs if r["baud"]), None),
-            "hosts": sorted({r["host"] for r in rs}),
-            "frames": sum(r["frames"] for r in tx), "bytes": sum(r["bytes"] for r in tx),
-            "data_messages": sum(r["data_messages"] for r in tx),
-            "retransmissions": sum(r["retransmissions"] for r in tx),
-            "crc_failures": sum(r["crc_failures"] for r in rs),
-            "timeouts": sum(r["timeouts"] for r in rs),
-            "outages": max((r["downs"] for r in tx), default=0),
-            "up_seconds": min((r["up_seconds"] for r in tx), default=0.0),
-            "availability": min(avail) if avail else None,
-        })
-    return rows
 
 
 def generate(trace_dir: str | os.PathLike, spec: TraceSpec | None = None, **overrides) -> dict:

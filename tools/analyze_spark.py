@@ -1,0 +1,435 @@
+"""The Spark job behind `mccs analyze`: trace events in, the summary dict out.
+
+One JSON parse (or Parquet scan) of the traces is cached and every figure comes from a few
+aggregations over it, so the job runs the same on `local[*]` and on a cluster. Only small
+results (per line, per minute, per host, up/down intervals, latency histogram) reach the
+driver. Percentiles use Spark's exact `percentile` (linear interpolation between closest
+ranks, as numpy's default), not an approximation.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.analyze_schema import (DATA_KINDS, MINUTE, MSG_KINDS, PERCENTILES, REJECT_KINDS, SCHEMA,
+                                  SCHEMA_VERSION, line_rows)
+
+JSON_SUFFIXES = (".jsonl", ".jsonl.gz")
+URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+FIELDS = (("v", "long"), ("ts", "double"), ("host", "string"), ("line", "string"), ("proto", "string"),
+          ("type", "string"), ("dir", "string"), ("kind", "string"), ("seq", "long"), ("origin", "string"),
+          ("msg_id", "long"), ("from_id", "string"), ("to_id", "string"), ("user_id", "long"),
+          ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"))
+KIND_ORDER = {k: i for i, k in enumerate(MSG_KINDS)}      # breaks ties of equal timestamps
+LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+class AnalyzeError(Exception):
+    """A problem the user must fix (no traces, no Java): reported without a traceback, exit 2."""
+
+
+# -- the session ----------------------------------------------------------------------------
+def java_available() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    return bool(shutil.which("java") or (home and Path(home, "bin", "java").exists()))
+
+
+def start_session(master: str | None = None, driver_memory: str = "3g"):
+    """A quiet SparkSession on `master` (default local[*])."""
+    if not java_available():
+        raise AnalyzeError("Spark needs Java 17 or later and none was found: install one "
+                           "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    log4j = Path(tempfile.gettempdir(), "mccs-analyze-log4j2.properties")
+    log4j.write_text(LOG4J)
+    master = master or "local[*]"
+    builder = (SparkSession.builder.master(master).appName("mccs-analyze")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", "16")
+               .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+               .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+               .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"))
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.memory", driver_memory)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# -- finding and reading traces ---------------------------------------------------------------
+def find_inputs(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(JSON Lines files, Parquet dataset roots, remote URLs) under the given paths."""
+    files, roots, urls = [], set(), []
+    for p in paths:
+        if URL.match(p) and not p.startswith("file://"):
+            urls.append(p)
+            continue
+        base = Path(p.removeprefix("file://"))
+        candidates = [base] if base.is_file() else (
+            Path(d, f) for d, dirs, names in os.walk(base) for f in names
+            if not f.startswith((".", "_")) and not any(x.startswith((".", "_")) for x in Path(d).parts[-1:]))
+        for f in candidates:
+            if f.name.endswith(JSON_SUFFIXES):
+                files.append(str(f.resolve()))
+            elif f.name.endswith(".parquet"):
+                root = f.parent
+                while "=" in root.name and root.parent != root:
+                    root = root.parent
+                roots.add(str(root.resolve()))
+    return sorted(files), sorted(roots), urls
+
+
+def load_events(spark, paths: list[str]):
+    """All events as one DataFrame of the schema's columns plus `bad` (malformed), and what was read."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    files, roots, urls = find_inputs(paths)
+    if not (files or roots or urls):
+        raise AnalyzeError(f"no trace files (*.jsonl, *.jsonl.gz or Parquet from --compact) under "
+                           f"{', '.join(paths)}: give the trace_dir of a daemon (or a folder above several)")
+    ddl = ", ".join(f"{name} {kind}" for name, kind in FIELDS)
+    frames = []
+    if files or urls:
+        schema = StructType.fromDDL(ddl + ", _corrupt_record string")
+        reader = spark.read.schema(schema).option("mode", "PERMISSIVE")
+        if files:
+            frames.append(_checked(reader.json(files)))
+        for url in urls:
+            frames.append(_checked(reader.option("recursiveFileLookup", "true")
+                                   .option("pathGlobFilter", "*.{jsonl,jsonl.gz}").json(url)))
+    for root in roots:
+        df = spark.read.option("basePath", root).parquet(root)
+        frames.append(df.select(*[F.col(n).cast(k) for n, k in FIELDS], F.lit(False).alias("bad")))
+    events = frames[0]
+    for df in frames[1:]:
+        events = events.unionByName(df)
+    fmt = "+".join(n for n, present in (("jsonl", files or urls), ("parquet", roots)) if present)
+    return events, {"files": len(files), "parquet_datasets": len(roots), "urls": len(urls), "format": fmt}
+
+
+def _checked(df):
+    """Mark lines that are not JSON objects of the schema, or lack ts, host or a known type."""
+    from pyspark.sql import functions as F
+    bad = (F.col("_corrupt_record").isNotNull() | F.col("ts").isNull() | F.col("host").isNull()
+           | ~F.coalesce(F.col("type").isin("frame", "msg", "line"), F.lit(False)))
+    return df.select(*[n for n, _ in FIELDS], bad.alias("bad"))
+
+
+def parse_time(value: str | float | None) -> float | None:
+    """--since/--until: epoch seconds or ISO 8601 (UTC unless it says otherwise)."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    from datetime import datetime, timezone
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise AnalyzeError(f"not a time: {value!r} (use ISO 8601 like 2026-11-22T09:00:00 or epoch seconds)")
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+# -- the analysis ---------------------------------------------------------------------------
+def analyze(spark, paths: list[str], since=None, until=None) -> dict:
+    """The whole analysis: the summary dict (summary.json) plus the tables for the report
+    under the private key `_tables`."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    t0 = time.monotonic()
+    since, until = parse_time(since), parse_time(until)
+    events, read = load_events(spark, paths)
+    events = events.select("ts", "host", "line", "proto", "type", "dir", "kind", "origin", "msg_id",
+                           F.substring("to_id", 1, 2).alias("to_host"), "bytes", "ok", "retransmit",
+                           "baud", "bad").persist(StorageLevel.MEMORY_AND_DISK)
+    in_window = ~F.col("bad")
+    if since is not None:
+        in_window &= F.col("ts") >= since
+    if until is not None:
+        in_window &= F.col("ts") < until
+    totals = events.agg(F.count(F.lit(1)).alias("lines"), F.sum(F.col("bad").cast("long")).alias("malformed"),
+                        F.sum(in_window.cast("long")).alias("events"),
+                        F.min(F.when(in_window, F.col("ts"))).alias("start"),
+                        F.max(F.when(in_window, F.col("ts"))).alias("end")).first()
+    if not totals["events"]:
+        events.unpersist()
+        raise AnalyzeError(f"no valid trace events in the window ({totals['lines']} lines read, "
+                           f"{totals['malformed'] or 0} malformed): check the paths and --since/--until")
+    ws = since if since is not None else totals["start"]
+    we = until if until is not None else totals["end"]
+    win = events.filter(in_window)
+
+    counts = _counts(win)
+    minutes = _minutes(win)
+    up, baud = _up_intervals(events, ws, we)
+    directions = _directions(counts, minutes, up, baud, ws, we)
+    messages, hosts_hwm, histogram, problems = _messages(win)
+    events.unpersist()
+    summary = {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "engine": {"spark": spark.version, "master": spark.sparkContext.master,
+                   "seconds": round(time.monotonic() - t0, 3)},
+        "input": {"paths": [str(p) for p in paths], **read, "lines": totals["lines"],
+                  "events": totals["events"], "malformed": totals["malformed"] or 0,
+                  "since": since, "until": until,
+                  "window": {"start": ws, "end": we, "seconds": we - ws}},
+        "directions": directions,
+        "lines": line_rows(directions),
+        "messages": messages,
+        "hosts": _hosts(counts, hosts_hwm),
+    }
+    summary["_tables"] = {"minutes": minutes, "up": up, "histogram": histogram, "problems": problems}
+    return summary
+
+
+def _counts(win) -> dict:
+    """(type, host, line, dir, kind) -> figures, one aggregation over every event."""
+    from pyspark.sql import functions as F
+    is_data = F.col("kind").isin(*DATA_KINDS)
+    data_msg = (is_data & F.col("origin").isNotNull() & F.col("msg_id").isNotNull()
+                & F.coalesce(F.col("ok"), F.lit(True)) & ~F.coalesce(F.col("retransmit"), F.lit(False)))
+    rows = (win.groupBy("type", "host", "line", "dir", "kind")
+            .agg(F.count(F.lit(1)).alias("n"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
+                 F.sum(F.coalesce(F.col("retransmit"), F.lit(False)).cast("long")).alias("retrans"),
+                 F.sum((F.col("ok") == F.lit(False)).cast("long")).alias("bad"),
+                 F.sum(data_msg.cast("long")).alias("data_messages"),
+                 F.max("proto").alias("proto"))
+            .collect())
+    return {(r["type"], r["host"], r["line"], r["dir"], r["kind"]): r.asDict() for r in rows}
+
+
+def _minutes(win) -> list[dict]:
+    """Frames per (line, host, dir, minute): throughput and retransmissions over time."""
+    from pyspark.sql import functions as F
+    frames = win.filter((F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull())
+    rows = (frames.groupBy("host", "line", "dir", F.floor(F.col("ts") / MINUTE).alias("minute"))
+            .agg(F.count(F.lit(1)).alias("frames"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
+                 F.sum(F.coalesce(F.col("retransmit"), F.lit(False)).cast("long")).alias("retransmissions"),
+                 F.sum(F.col("kind").isin(*DATA_KINDS).cast("long")).alias("data_frames"))
+            .collect())
+    out = [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
+            "minute": int(r["minute"]) * int(MINUTE), "frames": r["frames"], "bytes": r["bytes"],
+            "retransmissions": r["retransmissions"], "data_frames": r["data_frames"]} for r in rows]
+    return sorted(out, key=lambda r: (r["line"], r["host"], r["dir"], r["minute"]))
+
+
+def _up_intervals(events, ws: float, we: float) -> tuple[list[dict], dict]:
+    """UP intervals per (host, line) clipped to [ws, we], from every up/down event (also those
+    before the window, which give the state at its start), and the latest baud of each line."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    ud = events.filter(~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down")
+                       & F.col("line").isNotNull() & (F.col("ts") <= we))
+    order = Window.partitionBy("host", "line").orderBy("ts")
+    changes = (ud.withColumn("prev", F.lag("kind").over(order))
+               .filter(F.col("prev").isNull() | (F.col("prev") != F.col("kind")))
+               .withColumn("next_ts", F.lead("ts").over(order))
+               .withColumn("first", F.row_number().over(order) == 1))
+    starts = F.when(F.col("kind") == "up", F.col("ts")).otherwise(F.lit(ws))
+    ends = F.when(F.col("kind") == "up", F.coalesce("next_ts", F.lit(we))).otherwise(F.col("ts"))
+    rows = (changes.filter((F.col("kind") == "up") | F.col("first"))
+            .select("host", "line", F.greatest(starts, F.lit(ws)).alias("start"),
+                    F.least(ends, F.lit(we)).alias("end"))
+            .filter(F.col("end") > F.col("start")).collect())
+    up = sorted(({"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "peer": r["line"],
+                  "start": r["start"], "end": r["end"]} for r in rows),
+                key=lambda r: (r["line"], r["host"], r["start"]))
+    bauds = (ud.filter(F.col("baud").isNotNull()).groupBy("host", "line")
+             .agg(F.max_by("baud", "ts").alias("baud")).collect())
+    return up, {(r["host"], r["line"]): r["baud"] for r in bauds}
+
+
+def _directions(counts: dict, minutes: list[dict], up: list[dict], baud: dict, ws: float, we: float):
+    span = we - ws
+    sides = {(h, ln) for (t, h, ln, _, _) in counts if ln is not None and t in ("frame", "line")}
+    sides |= {(u["host"], u["peer"]) for u in up}
+    peak: dict[tuple, int] = {}
+    for m in minutes:
+        key = (m["host"], m["line"], m["dir"])
+        peak[key] = max(peak.get(key, 0), m["bytes"])
+    rows = []
+    for host, peer in sorted(sides, key=lambda hp: ("-".join(sorted(hp)), hp[0])):
+        name = "-".join(sorted((host, peer)))
+        up_s = sum(u["end"] - u["start"] for u in up if u["host"] == host and u["peer"] == peer)
+        line_ev = {k: v["n"] for (t, h, ln, _, k), v in counts.items() if t == "line" and (h, ln) == (host, peer)}
+        b = baud.get((host, peer))
+        for dir_ in ("rx", "tx"):
+            frames = [v for (t, h, ln, d, _), v in counts.items()
+                      if t == "frame" and (h, ln, d) == (host, peer, dir_)]
+            other = "tx" if dir_ == "rx" else "rx"
+            other_data = sum(v["n"] for (t, h, ln, d, k), v in counts.items()
+                             if t == "frame" and (h, ln, d) == (host, peer, other) and k in DATA_KINDS)
+            nbytes = sum(v["bytes"] for v in frames)
+            naks = sum(v["n"] for v in frames if v["kind"] in REJECT_KINDS)
+            cap = b / 10.0 if b else None
+            pk = peak.get((host, name, dir_))
+            rows.append({
+                "line": name, "host": host, "peer": peer, "dir": dir_,
+                "proto": max((v["proto"] for v in frames if v["proto"]), default=None) or _proto(counts, host, peer),
+                "baud": b, "frames": sum(v["n"] for v in frames),
+                "frames_by_kind": {v["kind"]: v["n"] for v in sorted(frames, key=lambda v: v["kind"] or "")},
+                "bytes": nbytes, "data_frames": sum(v["n"] for v in frames if v["kind"] in DATA_KINDS),
+                "data_messages": sum(v["data_messages"] for v in frames),
+                "retransmissions": sum(v["retrans"] for v in frames), "naks": naks,
+                "reject_rate": naks / other_data if other_data else None,
+                "crc_failures": sum(v["bad"] for v in frames),
+                "timeouts": line_ev.get("timeout", 0) if dir_ == "tx" else 0,
+                "retries": line_ev.get("retry", 0) if dir_ == "tx" else 0,
+                "downs": line_ev.get("down", 0),
+                "up_seconds": up_s, "availability": up_s / span if span > 0 else None,
+                "utilisation": nbytes / cap / up_s if cap and up_s > 0 else None,
+                "utilisation_peak_minute": pk / cap / MINUTE if cap and pk is not None else None,
+            })
+    return rows
+
+
+def _proto(counts: dict, host: str, peer: str) -> str | None:
+    return max((v["proto"] for (t, h, ln, _, _), v in counts.items() if (h, ln) == (host, peer) and v["proto"]),
+               default=None)
+
+
+def _messages(win):
+    """Join msg events across hosts by (origin, msg_id), each `accepted` opening a new message
+    of its key (MSG_IDs wrap), and derive latency, lost, pending, duplicated and list levels."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rank = F.create_map(*[x for k, i in KIND_ORDER.items() for x in (F.lit(k), F.lit(i))])
+    msg = (win.filter((F.col("type") == "msg") & F.col("origin").isNotNull() & F.col("msg_id").isNotNull())
+           .select("host", "kind", "origin", "msg_id", "ts", "to_host",
+                   F.coalesce(rank[F.col("kind")], F.lit(99)).alias("rank")))
+    order = (Window.partitionBy("origin", "msg_id").orderBy("ts", "rank")
+             .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    msg = msg.withColumn("gen", F.sum((F.col("kind") == "accepted").cast("long")).over(order))
+
+    def first(kind, what):
+        return F.min(F.when(F.col("kind") == kind, F.struct("ts", what)))
+
+    per = (msg.groupBy("origin", "msg_id", "gen")
+           .agg(first("accepted", "to_host").alias("acc"), first("acked", "host").alias("ack"),
+                first("received", "host").alias("recv"), first("delivered", "host").alias("deliv"),
+                F.sum((F.col("kind") == "received").cast("long")).alias("n_recv"),
+                F.sum((F.col("kind") == "delivered").cast("long")).alias("n_deliv"),
+                F.sum((F.col("kind") == "duplicate").cast("long")).alias("n_dup"))
+           .withColumn("latency", F.col("deliv.ts") - F.col("acc.ts"))
+           .persist(StorageLevel.MEMORY_AND_DISK))
+    known = F.col("gen") > 0
+    lost = known & (F.col("n_recv") == 0) & (F.col("n_deliv") == 0)
+    pending = known & (F.col("n_recv") > 0) & (F.col("n_deliv") == 0)
+    duplicated = known & (F.col("n_deliv") > 1)
+    lat = F.when(known, F.col("latency"))
+    pct = ", ".join(str(p) for p in PERCENTILES)
+    s = per.agg(F.sum(known.cast("long")).alias("accepted"),
+                F.sum((known & (F.col("n_deliv") > 0)).cast("long")).alias("delivered"),
+                F.sum(lost.cast("long")).alias("lost"), F.sum(pending.cast("long")).alias("pending"),
+                F.sum(duplicated.cast("long")).alias("duplicated"),
+                F.sum("n_dup").alias("duplicate_arrivals"), F.sum((~known).cast("long")).alias("unmatched"),
+                F.count(lat).alias("count"), F.avg(lat).alias("mean"), F.max(lat).alias("max"),
+                F.expr(f"percentile(CASE WHEN gen > 0 THEN latency END, array({pct}))").alias("pct")).first()
+    pcts = s["pct"] or [None] * len(PERCENTILES)
+    messages = {k: s[k] or 0 for k in ("accepted", "delivered", "lost", "pending", "duplicated",
+                                       "duplicate_arrivals", "unmatched")}
+    messages["latency"] = {"count": s["count"], "mean": s["mean"],
+                           **{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, pcts)}, "max": s["max"]}
+    histogram = _histogram(per.filter(known & F.col("latency").isNotNull()))
+    problems = [{"origin": r["origin"], "msg_id": r["msg_id"], "accepted": r["accepted"], "status": r["status"]}
+                for r in per.filter(lost | pending | duplicated)
+                .select("origin", "msg_id", F.col("acc.ts").alias("accepted"),
+                        F.when(lost, "lost").when(pending, "pending").otherwise("duplicated").alias("status"))
+                .orderBy("accepted").limit(100_000).collect()]
+    hwm = _high_water(per)
+    per.unpersist()
+    return messages, hwm, histogram, problems
+
+
+def _histogram(lat) -> list[dict]:
+    """Latency counts in tenths of a decade (log scale: latencies span ms to hours)."""
+    from pyspark.sql import functions as F
+    b = F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1e-4))) * 10)
+    rows = lat.groupBy(b.alias("b")).count().collect()
+    return sorted(({"low": 10 ** (r["b"] / 10), "high": 10 ** ((r["b"] + 1) / 10), "count": r["count"]}
+                   for r in rows), key=lambda r: r["low"])
+
+
+def _high_water(per) -> dict:
+    """Largest SEND_LIST (accepted for another host, not yet acked) and RECV_LIST (received,
+    not yet delivered) per host, as far as the traces show them (counted from zero)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    remote = (F.col("gen") > 0) & (F.col("acc.to_host") != F.col("origin"))
+    has_recv = F.col("recv").isNotNull()
+    steps = [per.filter(remote).select(F.col("origin").alias("host"), F.lit("send").alias("list"),
+                                       F.col("acc.ts").alias("ts"), F.lit(1).alias("d")),
+             per.filter(remote & F.col("ack").isNotNull()).select(
+                 F.col("origin").alias("host"), F.lit("send"), F.col("ack.ts"), F.lit(-1)),
+             per.filter(has_recv).select(F.col("recv.host"), F.lit("recv"), F.col("recv.ts"), F.lit(1)),
+             per.filter(has_recv & F.col("deliv").isNotNull()).select(
+                 F.col("deliv.host"), F.lit("recv"), F.col("deliv.ts"), F.lit(-1))]
+    all_steps = steps[0]
+    for df in steps[1:]:
+        all_steps = all_steps.union(df)
+    order = (Window.partitionBy("host", "list").orderBy("ts", "d")
+             .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    rows = (all_steps.withColumn("level", F.sum("d").over(order))
+            .groupBy("host", "list").agg(F.max("level").alias("hwm")).collect())
+    return {(r["host"], r["list"]): max(0, r["hwm"]) for r in rows}
+
+
+def _hosts(counts: dict, hwm: dict) -> list[dict]:
+    hosts = sorted({h for (t, h, *_rest) in counts if t == "msg"} | {h for h, _ in hwm})
+    rows = []
+    for h in hosts:
+        n = {k: sum(v["n"] for (t, hh, _, _, kk), v in counts.items() if t == "msg" and hh == h and kk == k)
+             for k in MSG_KINDS}
+        rows.append({"host": h, "accepted": n["accepted"], "sent": n["sent"], "acked": n["acked"],
+                     "received": n["received"], "delivered": n["delivered"],
+                     "duplicates_dropped": n["duplicate"],
+                     "send_list_hwm": hwm.get((h, "send"), 0), "recv_list_hwm": hwm.get((h, "recv"), 0)})
+    return rows
+
+
+# -- compaction -----------------------------------------------------------------------------
+def compact(spark, paths: list[str], out: str) -> dict:
+    """Rewrite the traces' valid events as Parquet partitioned by host and UTC date under `out`."""
+    from pyspark.sql import functions as F
+    events, read = load_events(spark, paths)
+    events = events.persist()
+    malformed = events.filter(F.col("bad")).count()
+    good = events.filter(~F.col("bad")).drop("bad").withColumn(
+        "date", F.date_format(F.from_unixtime(F.col("ts")), "yyyy-MM-dd"))
+    good.repartition("host", "date").write.mode("overwrite").partitionBy("host", "date").parquet(out)
+    n = events.count() - malformed
+    events.unpersist()
+    return {**read, "events": n, "malformed": malformed, "out": str(out)}
+
+
+def default_cores() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def finite(x):
+    """JSON has no NaN: None instead."""
+    return None if isinstance(x, float) and not math.isfinite(x) else x
