@@ -24,6 +24,7 @@ from . import server
 from .config import HostConfig
 from .dispatcher import ProcessDispatcher
 from .ipc import FrameError, PROTOCOL_VERSION, b64, unb64
+from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, Lists
 from .trace import FLUSH_SECONDS, TraceWriter
 
@@ -37,7 +38,7 @@ class Daemon:
         self.lists = Lists()
         self.counters: collections.Counter = collections.Counter()
         self.names: dict[str, server.Connection] = {}
-        self.lines: dict = {}  # peer host id -> Line Control Block
+        self.lines = Lines(self)
         self.dispatcher = ProcessDispatcher(self)
         self.cp: Checkpoint | None = None
         self.trace: TraceWriter | None = None
@@ -88,21 +89,15 @@ class Daemon:
             self.loop.add_signal_handler(sig, self._stopping.set)
         limit = 4096 + 2 * self.cfg.max_message
         srv = await server.listen(self, self.cfg.socket, self.cfg.socket_group, limit)
-        self.start_lines()
+        self.lines.start()
         self._flush_timer()
         self.wake()
         log.info("%s: daemon ready on %s", self.host, self.cfg.socket)
         await self._stopping.wait()
         log.info("%s: stopping", self.host)
         srv.close()
-        self.stop_lines()
+        self.lines.stop()
         self.run_pass()
-
-    def start_lines(self) -> None:
-        """Line Control Blocks come with the serial lines (see mccs/lines.py)."""
-
-    def stop_lines(self) -> None:
-        pass
 
     def _flush_timer(self) -> None:
         self.trace.flush()
@@ -134,7 +129,7 @@ class Daemon:
         now = time.monotonic()
         with self.cp.transaction():
             self._apply_confirms()
-            self.receive(now)
+            self.lines.receive(now)
             self.dispatcher.run(now)
             if self._msg_id_dirty:
                 self.cp.set_next_msg_id(self._next_msg_id)
@@ -149,20 +144,11 @@ class Daemon:
         for conn, obj in self._replies:
             conn.reply(obj)
         self._replies.clear()
-        self.after_commit(now)
+        self.lines.after_commit(now)
         deadlines = [p.deadline for p in self.lists.wait if p.op == "recv" and p.deadline is not None]
-        deadlines += self.line_deadlines()
+        deadlines += self.lines.deadlines()
         if deadlines:
             self.wake_at(min(deadlines))
-
-    def receive(self, now: float) -> None:
-        """The Message-Receiver's share of a pass (line events); see mccs/lines.py."""
-
-    def after_commit(self, now: float) -> None:
-        """Message-Sender, line acknowledgements and flushing: see mccs/lines.py."""
-
-    def line_deadlines(self) -> list[float]:
-        return []
 
     def _apply_confirms(self) -> None:
         """A process has a message: take it off RECV_LIST for good."""
@@ -287,7 +273,7 @@ class Daemon:
     def status(self) -> dict:
         return {"host": self.host, "pid": os.getpid(), "uptime": round(time.time() - self.started, 3),
                 "lists": {"wait": len(self.lists.wait), "send": len(self.lists.send), "recv": len(self.lists.recv)},
-                "lines": [lcb.status() for lcb in self.lines.values()],
+                "lines": self.lines.status(),
                 "counters": {**self.counters, "commits": self.cp.commits, "trace_errors": self.trace.errors,
                              "connections": len(self.names)}}
 

@@ -25,6 +25,7 @@ class MSGBLOK:
     active: bool = False  # SEND_LIST: handed to a line; RECV_LIST: handed to a process, confirm awaited
     durable: bool = False  # committed: only then may it leave the daemon
     holder: Any = None  # RECV_LIST: the connection it was handed to
+    sent: bool = False  # SEND_LIST: traced as sent on a line
 
     @classmethod
     def from_row(cls, row: Row) -> "MSGBLOK":
