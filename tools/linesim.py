@@ -368,13 +368,6 @@ class Harness:
     def _service(self, s: Side) -> bool:
         """Feed, collect events, confirm, write: one pass over one side. True if anything happened."""
         m, now = s.machine, self.now
-        fed = 0
-        if s.queue:
-            for _ in range(min(m.room(), len(s.queue))):
-                img = s.queue.popleft()
-                m.send(img)
-                s.in_machine.append(img)
-                fed += 1
         evs = m.events()
         got = False
         for ev in evs:
@@ -402,6 +395,13 @@ class Harness:
                 self.at(now + self.confirm_delay, lambda h, m=m: m.confirm())
             else:
                 m.confirm()
+        fed = 0  # after the events, so a LineDown's unacked go back before anything new goes in
+        if s.queue:
+            for _ in range(min(m.room(), len(s.queue))):
+                img = s.queue.popleft()
+                m.send(img)
+                s.in_machine.append(img)
+                fed += 1
         out = m.data_to_send()
         if out:
             self.channel.outof(s.name).write(out, now)
