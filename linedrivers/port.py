@@ -78,6 +78,8 @@ class SerialPort:
         """Stop both threads and close the port."""
         self._stop.set()
         self._out.put(None)
+        if self._threads:
+            self._threads[1].join(timeout=1.0)  # let queued bytes (a sign-off) leave first
         self._cancel()
         for t in self._threads:
             t.join()
@@ -173,33 +175,35 @@ class SerialPort:
     # ---- writing ------------------------------------------------------------------------------
     def _writer(self) -> None:
         while True:
-            item = self._out.get()
-            items = [item]
-            while item is not None:  # coalesce what is queued into one write
+            items = [self._out.get()]
+            while items[-1] is not None:  # coalesce what is queued into one write
                 try:
-                    item = self._out.get_nowait()
+                    items.append(self._out.get_nowait())
                 except queue.Empty:
                     break
-                items.append(item)
-            if items[-1] is None:
+            closing = items[-1] is None  # close(): write what came before it, then stop
+            self._write_out(items[:-1] if closing else items)
+            if closing:
                 return
-            with self._lock:
-                port, generation = self._port, self._generation
-            data = b"".join(d for g, d in items if g == generation and port is not None)
-            self.counters["dropped_out"] += sum(len(d) for _, d in items) - len(data)
-            if not data:
-                continue
-            try:
-                port.write(data)
-            except (serial.SerialException, OSError, TypeError, AttributeError) as e:
-                self.counters["dropped_out"] += len(data)
-                if not self._stop.is_set() and port is self._port and not self._write_error:
-                    self._write_error = f"write failed: {e}"
-                    self._cancel()
-                continue
-            self.counters["bytes_out"] += len(data)
-            if self.raw_hook:
-                self.raw_hook("tx", data, time.monotonic())
+
+    def _write_out(self, items: list[tuple[int, bytes]]) -> None:
+        with self._lock:
+            port, generation = self._port, self._generation
+        data = b"".join(d for g, d in items if g == generation and port is not None)
+        self.counters["dropped_out"] += sum(len(d) for _, d in items) - len(data)
+        if not data:
+            return
+        try:
+            port.write(data)
+        except (serial.SerialException, OSError, TypeError, AttributeError) as e:
+            self.counters["dropped_out"] += len(data)
+            if not self._stop.is_set() and port is self._port and not self._write_error:
+                self._write_error = f"write failed: {e}"
+                self._cancel()
+            return
+        self.counters["bytes_out"] += len(data)
+        if self.raw_hook:
+            self.raw_hook("tx", data, time.monotonic())
 
     def _cancel(self) -> None:
         """Wake a reader blocked in read() and a writer blocked in write()."""

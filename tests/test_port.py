@@ -130,3 +130,16 @@ def test_close_is_prompt_and_bad_urls_do_not_crash(line):
     time.sleep(0.3)
     assert not bad.is_open and bad.counters["open_failures"] >= 1
     bad.close()
+
+
+@pytest.mark.timeout(20)
+def test_bytes_written_just_before_close_still_leave(line):
+    """The daemon writes its sign-off and closes the port: the sign-off must not be lost."""
+    ra, rb = Recorder(), Recorder()
+    with rb.port(line.end_b):
+        a = ra.port(line.end_a).start()
+        assert ra.wait_state()[0] and rb.wait_state()[0]
+        a.write(b"sign-off")
+        a.close()
+        assert rb.wait_data(8) == b"sign-off"
+        assert a.counters["bytes_out"] == 8

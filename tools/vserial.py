@@ -304,8 +304,8 @@ class Line:
                 seg = d.segments[0]
                 t0, data = seg
                 n = min(len(data), int((now - t0) / self.byte_time + 1e-9))
-                if n <= 0:
-                    due = t0 + self.byte_time - now
+                if n <= 0:  # sleep a quantum, but wake exactly for the last byte of a write
+                    due = max(t0 + self.byte_time, min(t0 + len(data) * self.byte_time, now + QUANTUM)) - now
                     wait = due if wait is None else min(wait, due)
                     break
                 try:
@@ -325,7 +325,7 @@ class Line:
                     break
                 if not data:
                     d.segments.popleft()
-        return None if wait is None else max(wait, QUANTUM)
+        return wait
 
     def _error_gap(self, rng: random.Random) -> int:
         """Bits until the next bit error: geometric with parameter ber."""
@@ -431,6 +431,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", metavar="FILE", help="append every byte (epoch time, direction, hex) to FILE")
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM stops the lines as Ctrl-C does
+
+
 def run(args: argparse.Namespace) -> int:
     kwargs = dict(baud=args.baud, latency=args.latency, ber=args.ber, drop=args.drop,
                   insert=args.insert, seed=args.seed, log=args.log)
@@ -442,7 +446,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"mccs vserial: {e}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    signal.signal(signal.SIGTERM, _interrupt)
     with lines:
         for spec, line in lines.lines.items():
             print(f"{spec}: {line.end_a} -> {line.devices[0]}  <=>  {line.end_b} -> {line.devices[1]}"
