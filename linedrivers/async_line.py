@@ -480,7 +480,7 @@ class AsyncLine:
             if kind == "T":
                 self._down("wrong peer")
             return
-        if kind == "S" and self.state == UP and signon.session == self._peer_session:
+        if kind == "S" and self.state == UP and signon.session and signon.session == self._peer_session:
             self._send_signon("T", signon.session)  # the peer repeated the S we answered: our T
             return                                   # was lost or late; nothing was acknowledged yet
         if self.state == UP:

@@ -1,0 +1,394 @@
+"""AsyncLine (DESIGN.md 4.1): known answers, sign-on, window, timers, busy, restarts, noisy lines."""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linedrivers import AsyncLine
+from linedrivers.async_line import SignOn, encode_frame, stuff, unstuff
+from linedrivers.crc import x25
+from linedrivers.events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked,
+                                MessageReceived, PeerRefused)
+from linedrivers.image import encode
+from tools.linesim import Channel, Harness, make_images, run_pair
+
+
+def x25_bitwise(data: bytes) -> int:
+    """An independent oracle: CRC-16/X-25 bit by bit (reflected 0x1021, init and xorout 0xFFFF)."""
+    crc = 0xFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x8408 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFF
+
+
+def factories(a="AA", b="BB", **kw):
+    return (lambda: AsyncLine(a, b, **kw)), (lambda: AsyncLine(b, a, **kw))
+
+
+def up_pair(channel=None, **kw) -> Harness:
+    h = Harness(*factories(**kw), channel=channel or Channel())
+    assert h.run(10, stop=lambda h: h["a"].up and h["b"].up)
+    return h
+
+
+def events_of(h, side, kind):
+    return [(t, e) for t, s, e in h.events if s == side and isinstance(e, kind)]
+
+
+def signed_on_receiver(**kw) -> AsyncLine:
+    """A machine UP with peer AA, signed on by an S with a fixed session (SEQ state 0)."""
+    m = AsyncLine("BB", "AA", **kw)
+    m.receive_data(encode_frame("S", body=SignOn("AA", 8, 128, "0000abcd").encode()), 0.0)
+    assert isinstance(m.events()[-1], LineUp)
+    m.data_to_send()
+    return m
+
+
+# --- known answers -----------------------------------------------------------------------------
+@pytest.mark.timeout(10)
+def test_x25_check_value():
+    assert x25(b"123456789") == 0x906E == x25_bitwise(b"123456789")
+
+
+@pytest.mark.timeout(10)
+def test_data_frame_byte_for_byte():
+    img = encode("BBQ", "AAP", 0x7E7D, 0x1111, b"hi")  # MSG_ID 7E 7D must be stuffed
+    frame = bytes.fromhex("7e 44 05 03 42 42 51 20 20 20 41 41 50 20 20 20 7d 5e 7d 5d 11 11"
+                          " 00 02 68 69 13 6c 7e")
+    assert x25_bitwise(b"D\x05\x03" + img) == 0x6C13
+    assert encode_frame("D", 5, 3, img) == frame
+    # with xonxoff_safe the 11s of USER_ID and the 13 of the FCS are escaped as well
+    xon = encode_frame("D", 5, 3, img, (0x7D, 0x7E, 0x11, 0x13, 0x91, 0x93))
+    assert xon == bytes.fromhex("7e 44 05 03 42 42 51 20 20 20 41 41 50 20 20 20 7d 5e 7d 5d 7d 31"
+                                " 7d 31 00 02 68 69 7d 33 6c 7e")
+    # and a machine sends exactly that frame as SEQ 0 with its ACK field
+    m = signed_on_receiver()
+    m.send(img)
+    assert m.data_to_send() == encode_frame("D", 0, 0, img)
+
+
+@pytest.mark.timeout(10)
+def test_ack_frame_byte_for_byte_and_only_after_confirm():
+    assert encode_frame("A", 0, 5) == bytes.fromhex("7e 41 00 05 cb cd 7e")
+    m = signed_on_receiver()
+    m.receive_data(encode_frame("D", 0, 0, make_images("AA", "BB", 1, 10)[0]), 1.0)
+    assert m.data_to_send() == b""  # not durable yet: no acknowledgement
+    assert isinstance(m.events()[-1], MessageReceived)
+    m.confirm()
+    assert m.data_to_send() == bytes.fromhex("7e 41 00 01") + x25_bitwise(b"A\x00\x01").to_bytes(2, "little") + b"\x7e"
+
+
+@pytest.mark.timeout(10)
+def test_signon_frames_byte_for_byte():
+    body = b"MCCS/1 HOST=AA WINDOW=8 MAXMSG=128"
+    assert SignOn("AA", 8, 128).encode() == body
+    assert encode_frame("S", body=body) == b"\x7eS\x00\x00" + body + bytes.fromhex("ca ef 7e")
+    # the reply T carries the answering host's own values and echoes the S's SESSION
+    m = AsyncLine("BB", "AA", window=4, max_message=100)
+    m.receive_data(encode_frame("S", body=SignOn("AA", 8, 128, "0000abcd").encode()), 0.0)
+    t_body = b"MCCS/1 HOST=BB WINDOW=4 MAXMSG=100 SESSION=0000abcd"
+    assert m.data_to_send() == b"\x7eT\x00\x00" + t_body + x25_bitwise(b"T\x00\x00" + t_body).to_bytes(2, "little") + b"\x7e"
+    # start() sends S with its own values and a fresh SESSION
+    a = AsyncLine("AA", "BB")
+    a.start(0.0)
+    s = a.data_to_send()
+    assert s == encode_frame("S", body=SignOn("AA", 8, 128, a.session).encode()) and len(a.session) == 8
+
+
+@pytest.mark.timeout(10)
+@given(st.binary(max_size=300), st.booleans())
+def test_stuffing_round_trips_and_hides_flags(data, xonxoff):
+    special = (0x7D, 0x7E, 0x11, 0x13, 0x91, 0x93) if xonxoff else (0x7D, 0x7E)
+    stuffed = stuff(data, special)
+    assert unstuff(stuffed) == data
+    assert not set(stuffed) & set(special) - {0x7D}
+
+
+# --- sign-on -----------------------------------------------------------------------------------
+@pytest.mark.timeout(10)
+def test_signon_and_window_negotiation():
+    h = Harness(lambda: AsyncLine("AA", "BB", window=8, max_message=128),
+                lambda: AsyncLine("BB", "AA", window=3, max_message=64), start=("a",))
+    assert h.run(10, stop=lambda h: h["a"].up and h["b"].up)
+    a, b = h["a"].machine, h["b"].machine
+    assert a.room() == b.room() == 6  # 2 x the window in force, min(8, 3)
+    assert a.counters["signons"] == b.counters["signons"] == 1
+    with pytest.raises(ValueError):
+        a.send(make_images("AA", "BB", 1, 65)[0])  # MAXMSG in force is min(128, 64)
+    a.send(make_images("AA", "BB", 1, 64)[0])
+    kinds = [(s, e.dir, e.kind) for _, s, e in h.events if isinstance(e, FrameTraced)]
+    assert kinds[:2] == [("a", "tx", "S"), ("b", "rx", "S")] and ("a", "rx", "T") in kinds
+
+
+@pytest.mark.timeout(10)
+def test_both_ends_signing_on_at_once_reset_once():
+    h = up_pair()
+    h.send("a", make_images("AA", "BB", 20))
+    h.send("b", make_images("BB", "AA", 20))
+    assert h.run(60)
+    h.result().check()
+    assert not h["a"].downs and not h["b"].downs and h["a"].ups == h["b"].ups == 1
+
+
+@pytest.mark.timeout(10)
+def test_signon_from_wrong_host_is_refused():
+    h = Harness(lambda: AsyncLine("AA", "BB"), lambda: AsyncLine("CC", "XX"), start=("a",), backoff=100)
+    h.run_for(5)
+    assert h["b"].refused == ["AA"] and not h["b"].up and h["b"].ups == 0
+    assert h["a"].downs == ["refused"] and h["a"].ups == 0
+    assert [e.kind for _, e in events_of(h, "b", FrameTraced) if e.dir == "tx"] == ["O"]
+
+
+@pytest.mark.timeout(10)
+def test_reply_from_wrong_host_is_refused():
+    # CC will talk to AA, but AA's line is configured for BB: AA refuses CC's T
+    h = Harness(lambda: AsyncLine("AA", "BB"), lambda: AsyncLine("CC", "AA"), start=("a",), backoff=100)
+    h.run_for(5)
+    assert h["a"].refused == ["CC"] and h["a"].downs == ["wrong peer"]
+    assert h["b"].downs == ["refused"]
+
+
+@pytest.mark.timeout(10)
+def test_bad_signons_are_dropped_and_counted():
+    m = AsyncLine("BB", "AA")
+    for body in (b"MCCS/2 HOST=AA WINDOW=8 MAXMSG=128", b"MCCS/1 HOST=AA WINDOW=0 MAXMSG=128",
+                 b"MCCS/1 HOST=A WINDOW=8 MAXMSG=128", b"MCCS/1 WINDOW=8", b"\xff\xfe", b""):
+        m.receive_data(encode_frame("S", body=body), 0.0)
+    assert m.counters["bad_frames"] == 6 and m.state == "DOWN" and m.data_to_send() == b""
+    assert not [e for e in m.events() if not isinstance(e, FrameTraced)]
+
+
+# --- timers and retries ------------------------------------------------------------------------
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("baud,window,expect", [(9600, 1, 3.0), (9600, 8, 3.05), (1200, 8, 20.9)])
+def test_retry_limit_takes_the_line_down_with_unacked_in_order(baud, window, expect):
+    h = up_pair(baud=baud, window=window, retry_limit=3)
+    imgs = make_images("AA", "BB", 2 * window)
+    h.channel.disconnect()
+    t0 = h.now
+    h.send("a", imgs)
+    h.run_for(5 * expect)
+    (t_down, down), *_ = events_of(h, "a", LineDown)
+    assert down.reason == "retry limit" and down.unacked == imgs
+    timeouts = [t for t, e in events_of(h, "a", LineEvent) if e.kind == "timeout"]
+    assert len(timeouts) == 4  # the first try and 3 retries
+    # the reply timeout is the base 3 s, raised to 2 x the window's time on the wire + 0.5 s
+    assert timeouts[0] - t0 == pytest.approx(expect, abs=0.01)
+    assert t_down == pytest.approx(t0 + 4 * expect, abs=0.05)
+    retries = [e.detail for _, e in events_of(h, "a", LineEvent) if e.kind == "retry"]
+    assert len(retries) == 3 and h["a"].machine.counters["retransmissions"] == 3 * window
+
+
+@pytest.mark.timeout(10)
+def test_keepalive_and_dead_line():
+    h = up_pair(keepalive=30.0, retry_limit=2)
+    h.run_for(95)
+    p_tx = [t for t, s, e in h.events if isinstance(e, FrameTraced) and e.kind == "P" and e.dir == "tx"]
+    assert 3 <= len(p_tx) <= 6 and p_tx[0] == pytest.approx(30, abs=0.1)  # at most one P per side per 30 s
+    assert not h["a"].downs and not h["b"].downs
+    assert h["a"].machine.counters["keepalives"] + h["b"].machine.counters["keepalives"] == len(p_tx)
+    h.channel.disconnect()
+    t0 = h.now
+    h.run_for(45)
+    (t_a, down), = events_of(h, "a", LineDown)[:1]
+    assert down.reason == "dead line" and t0 + 30 - 3 < t_a <= t0 + 30 + 3 * 3.05 + 0.1
+
+
+@pytest.mark.timeout(10)
+def test_busy_holds_the_sender_and_resumes():
+    imgs = make_images("AA", "BB", 60)
+    res = run_pair(*factories(), imgs, channel=Channel(baud=9600), recv_capacity=4, drain_rate=5.0)
+    res.check()
+    b_tx = [e.kind for e in res.of("b", FrameTraced) if e.dir == "tx"]
+    a_tx = [e.kind for e in res.of("a", FrameTraced) if e.dir == "tx"]
+    assert b_tx.count("B") >= 5 and "A" in b_tx
+    assert res.time >= 55 / 5.0  # paced by the consumer, not the line
+    assert not res.a.downs and res.a.counters["timeouts"] <= a_tx.count("P")
+
+
+@pytest.mark.timeout(10)
+def test_busy_receiver_answers_a_poll_with_b():
+    m = signed_on_receiver()
+    m.set_busy(True)
+    assert m.data_to_send() == encode_frame("B", 0, 0)
+    m.receive_data(encode_frame("P"), 1.0)
+    assert m.data_to_send() == encode_frame("B", 0, 0)
+    m.receive_data(encode_frame("D", 0, 0, make_images("AA", "BB", 1)[0]), 2.0)
+    assert not [e for e in m.events() if isinstance(e, MessageReceived)]
+    assert m.counters["busy_drops"] == 1 and m.data_to_send() == encode_frame("B", 0, 0)
+    m.set_busy(False)
+    assert m.data_to_send() == encode_frame("A", 0, 0)
+
+
+@pytest.mark.timeout(10)
+def test_peer_restart_hands_back_and_delivers_once():
+    ma, mb = make_images("AA", "BB", 200), make_images("BB", "AA", 200)
+    h = Harness(*factories(), channel=Channel(baud=9600, latency=0.005))
+    h.send("a", ma)
+    h.send("b", mb)
+    h.at(5.0, lambda h: h.restart("b"))
+    assert h.run(600, settle=2)
+    h.result().check()
+    assert "peer restarted" in h["a"].downs and h["b"].restarts == 1
+    assert h["a"].ups == 2 and h["b"].duplicates + h["a"].duplicates > 0
+
+
+@pytest.mark.timeout(10)
+def test_stop_signs_off():
+    h = up_pair()
+    h["a"].machine.stop(h.now)
+    h.run_for(0.1)
+    assert h["a"].downs == ["stopped"] and h["b"].downs == ["peer signed off"]
+
+
+# --- bad input ---------------------------------------------------------------------------------
+@pytest.mark.timeout(10)
+def test_receiver_drops_and_counts_bad_frames():
+    imgs = make_images("AA", "BB", 3, 20)
+    d0 = encode_frame("D", 0, 0, imgs[0])
+    m = signed_on_receiver()
+    m.receive_data(b"noise\x7d" + d0[:-1], 1.0)             # garbage, then a frame (hunt for its flag)
+    m.receive_data(b"\x7e" + d0[1:5] + b"\x00" + d0[6:], 1.0)  # the same with a byte hit: bad FCS
+    m.receive_data(d0, 1.0)                                  # a duplicate of SEQ 0
+    m.receive_data(encode_frame("D", 100, 0, imgs[1]), 1.0)  # SEQ far outside the window
+    m.receive_data(encode_frame("D", 1, 0, imgs[1] + b"x" * 200), 1.0)  # over MAXMSG
+    m.receive_data(encode_frame("D", 1, 0, imgs[1][:-1]), 1.0)  # FCS right, image broken
+    m.receive_data(encode_frame("Z", 1, 0), 1.0)            # unknown kind
+    m.receive_data(encode_frame("D", 2, 0, imgs[2]), 1.0)  # delivered: the broken one took SEQ 1
+    got = [e.image for e in m.events() if isinstance(e, MessageReceived)]
+    c = m.counters
+    assert got == [imgs[0], imgs[2]]
+    assert c["garbage"] == 6 and c["crc_errors"] == 1 and c["duplicates"] == 1
+    assert c["out_of_window"] == 1 and c["oversized"] == 1 and c["bad_frames"] == 2
+    assert c["internal_errors"] == 0
+
+
+@pytest.mark.timeout(10)
+def test_frames_are_traced():
+    m = signed_on_receiver()
+    img = make_images("AA", "BB", 1, 5, first_msg_id=77)[0]
+    frame = encode_frame("D", 0, 0, img)
+    m.receive_data(frame, 1.0)
+    m.receive_data(frame[:10] + bytes([frame[10] ^ 1]) + frame[11:], 1.0)
+    m.send(make_images("BB", "AA", 1, 5, first_msg_id=9)[0])
+    m.events()
+    m.confirm()
+    out = m.data_to_send()
+    tr = [e for e in m.events() if isinstance(e, FrameTraced)]
+    assert [(e.dir, e.kind, e.ok, e.seq, e.origin, e.msg_id) for e in tr] == [
+        ("tx", "D", True, 0, "BB", 9)]
+    assert tr[0].nbytes == len(out)
+    m2 = signed_on_receiver()
+    m2.receive_data(frame + frame[:10] + bytes([frame[10] ^ 1]) + frame[11:], 1.0)
+    tr = [e for e in m2.events() if isinstance(e, FrameTraced)]
+    assert [(e.dir, e.kind, e.nbytes, e.ok, e.seq, e.origin, e.msg_id) for e in tr] == [
+        ("rx", "D", len(frame), True, 0, "AA", 77), ("rx", "D", len(frame), False, None, None, None)]
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=150)
+@given(st.binary(max_size=600))
+def test_arbitrary_bytes_never_raise(data):
+    m = signed_on_receiver()
+    m.receive_data(data, 1.0)
+    m.handle_timeout(100.0)
+    m.data_to_send()
+    evs = m.events()
+    assert m.counters["internal_errors"] == 0
+    assert len([e for e in evs if isinstance(e, MessageReceived)]) <= 1
+
+
+_IMGS = make_images("AA", "BB", 12, 40, random_size=True)
+_STREAM = b"".join(encode_frame("D", i, 0, img) for i, img in enumerate(_IMGS))
+
+corruption = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, len(_STREAM) * 8 - 1)),
+    st.tuples(st.just("drop"), st.integers(0, len(_STREAM) - 1), st.integers(1, 40)),
+    st.tuples(st.just("dup"), st.integers(0, len(_STREAM) - 1), st.integers(1, 200)),
+    st.tuples(st.just("insert"), st.integers(0, len(_STREAM) - 1), st.binary(min_size=1, max_size=8)),
+)
+
+
+def _corrupt(stream: bytes, ops) -> bytes:
+    buf = bytearray(stream)
+    for op in ops:
+        at = op[1] % max(1, len(buf) * (8 if op[0] == "flip" else 1))
+        if op[0] == "flip":
+            buf[at >> 3] ^= 1 << (at & 7)
+        elif op[0] == "drop":
+            del buf[at:at + op[2]]
+        elif op[0] == "dup":
+            buf[at:at] = buf[at:at + op[2]]
+        else:
+            buf[at:at] = op[2]
+    return bytes(buf)
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=200)
+@given(st.lists(corruption, max_size=6), st.lists(st.integers(1, 300), min_size=1, max_size=20),
+       st.booleans())
+def test_corrupted_frames_never_deliver_twice_or_out_of_order(ops, cuts, confirm_each):
+    """Whatever happens to a stream of valid frames, what comes out is a prefix of what went in."""
+    data = _corrupt(_STREAM, ops)
+    m = signed_on_receiver(keepalive=1e6)  # stays UP however long the feeding takes
+    got, pos, i = [], 0, 0
+    while pos < len(data):
+        n = cuts[i % len(cuts)]
+        m.receive_data(data[pos:pos + n], 1.0 + i)
+        pos, i = pos + n, i + 1
+        got += [e.image for e in m.events() if isinstance(e, MessageReceived)]
+        if confirm_each:
+            m.confirm()
+        m.data_to_send()
+        m.handle_timeout(1.0 + i)
+    m.receive_data(_STREAM, 1000.0)  # the clean stream again: only duplicates or the missing rest
+    got += [e.image for e in m.events() if isinstance(e, MessageReceived)]
+    assert got == _IMGS[:len(got)]
+    assert m.counters["internal_errors"] == 0
+    if not ops:
+        assert got == _IMGS
+
+
+# --- whole runs over a noisy channel -------------------------------------------------------------
+NOISE = dict(ber=1e-3, drop=0.01, dup=0.01, delay=0.02, delay_time=0.5, chunk=64, baud=9600, latency=0.01)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("window", [1, 8])
+def test_thousand_each_way_exactly_once_in_order_on_a_noisy_line(window):
+    ma, mb = make_images("AA", "BB", 1000, random_size=True), make_images("BB", "AA", 1000, seed=1)
+    res = run_pair(*factories(window=window), ma, mb, channel=Channel(seed=window, **NOISE))
+    res.check()
+    assert res.finished and res.a.received == mb and res.b.received == ma
+    ca, cb = res.a.counters, res.b.counters
+    # the noise really happened and was handled by every mechanism
+    assert ca["crc_errors"] > 1000 and cb["crc_errors"] > 1000 and ca["garbage"] and cb["timeouts"]
+    assert res.a.downs and "retry limit" in res.a.downs + res.b.downs
+    if window > 1:
+        assert ca["naks"] + cb["naks"] > 0 and ca["rejects_tx"] + cb["rejects_tx"] > 0
+    assert ca["internal_errors"] == cb["internal_errors"] == 0
+
+
+@pytest.mark.timeout(30)
+def test_xonxoff_safe_line_never_shows_xon_xoff():
+    ma = make_images("AA", "BB", 200, seed=3)
+    h = Harness(*factories(xonxoff_safe=True), channel=Channel(seed=3, ber=1e-4, baud=9600))
+    h.send("a", ma)
+    wire = []
+    h.channel.ab.write = (lambda w: lambda data, now: (wire.append(data), w(data, now)))(h.channel.ab.write)
+    assert h.run(1000, settle=1)
+    h.result().check()
+    assert not set(b"".join(wire)) & {0x11, 0x13, 0x91, 0x93}
+
+
+@pytest.mark.timeout(30)
+def test_clean_line_runs_near_the_framing_ceiling():
+    """Window 8 keeps a 9600-baud line busy; window 1 loses only the ACK's turn-around."""
+    for window, floor in (8, 0.97), (1, 0.90):
+        ma = make_images("AA", "BB", 300)
+        res = run_pair(*factories(window=window), ma, channel=Channel(baud=9600, latency=0.002), settle=0)
+        res.check()
+        wire_time = res.a.counters["bytes_tx"] * 10 / 9600
+        assert wire_time / res.time >= floor
