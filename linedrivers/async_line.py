@@ -122,6 +122,7 @@ class AsyncLine:
         self._hunting = True
         self._max_raw = 2 * (OVERHEAD + HEADER_SIZE + max(max_message, 64))
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i
+        self._busy = False       # the owner's set_busy(): outlives sign-ons
         self.session = ""        # SESSION of our last S
         self._peer_session = ""  # SESSION of the sign-on in force
         self._reset(window, max_message)
@@ -142,7 +143,6 @@ class AsyncLine:
         self._ack_pending = False
         self._reject_due = False
         self._rejected_at = None  # _rx_next when the last N went out (one N per gap)
-        self._busy = False
         self._awaiting = None  # "S", "D" or "P": what the reply timer waits for
         self._reply_at = None
         self._poll_at = None

@@ -132,6 +132,38 @@ def test_both_ends_signing_on_at_once_reset_once():
 
 
 @pytest.mark.timeout(10)
+def test_repeated_signon_after_a_lost_reply_does_not_reset_the_answering_end():
+    a, b = AsyncLine("AA", "BB"), AsyncLine("BB", "AA")
+    img = make_images("BB", "AA", 1)[0]
+    a.start(0.0)
+    b.receive_data(a.data_to_send(), 0.1)
+    b.send(img)
+    b.data_to_send()                    # T and D0: both lost on the line
+    a.handle_timeout(a.next_deadline())  # a repeats its S (same SESSION)
+    b.receive_data(a.data_to_send(), 3.1)
+    a.receive_data(b.data_to_send(), 3.2)  # the T again: a is up
+    b.handle_timeout(b.next_deadline())    # D0 goes again
+    a.receive_data(b.data_to_send(), 3.3)
+    a_events, b_events = a.events(), b.events()
+    assert [e.image for e in a_events if isinstance(e, MessageReceived)] == [img]
+    assert not [e for e in a_events + b_events if isinstance(e, LineDown)]
+    assert a.state == b.state == "UP" and a.counters["signons"] == b.counters["signons"] == 1
+    a.confirm()
+    b.receive_data(a.data_to_send(), 3.4)
+    assert [e.image for e in b.events() if isinstance(e, MessageAcked)] == [img]
+
+
+@pytest.mark.timeout(10)
+def test_busy_outlives_a_new_signon():
+    m = signed_on_receiver()
+    m.set_busy(True)
+    m.receive_data(encode_frame("S", body=SignOn("AA", 8, 128, "00000002").encode()), 1.0)
+    m.receive_data(encode_frame("D", 0, 0, make_images("AA", "BB", 1)[0]), 1.0)
+    assert [type(e) for e in m.events() if not isinstance(e, FrameTraced)] == [LineDown, LineUp]
+    assert m.data_to_send().endswith(encode_frame("B", 0, 0)) and m.counters["busy_drops"] == 1
+
+
+@pytest.mark.timeout(10)
 def test_signon_from_wrong_host_is_refused():
     h = Harness(lambda: AsyncLine("AA", "BB"), lambda: AsyncLine("CC", "XX"), start=("a",), backoff=100)
     h.run_for(5)
@@ -237,9 +269,10 @@ def test_peer_restart_hands_back_and_delivers_once():
 @pytest.mark.timeout(10)
 def test_stop_signs_off():
     h = up_pair()
-    h["a"].machine.stop(h.now)
-    h.run_for(0.1)
+    h.stop("a")
+    h.run_for(10)
     assert h["a"].downs == ["stopped"] and h["b"].downs == ["peer signed off"]
+    assert h["b"].ups == 2 and h["a"].up  # b signs on again, and a stopped machine still answers
 
 
 # --- bad input ---------------------------------------------------------------------------------

@@ -226,6 +226,7 @@ class Side:
     up: bool = False
     busy: bool = False
     restarts: int = 0
+    stopped: bool = False              # Harness.stop() was called: no automatic sign-on
     retired_counters: list = field(default_factory=list)  # counters of replaced machines
     dupwin: DuplicateWindow = field(default_factory=DuplicateWindow)
 
@@ -332,8 +333,16 @@ class Harness:
         s.in_machine.clear()
         s.up = s.busy = False
         s.restarts += 1
+        self._update_busy(s)  # the new machine must hear that RECV_LIST is still full
         if s.starts:
             s.machine.start(self.now)
+
+    def stop(self, side: str) -> None:
+        """The side signs off (machine.stop()) and, like a daemon shutting a line, does not sign
+        on again by itself; a sign-on from the peer still brings it up."""
+        s = self.sides[side]
+        s.stopped = True
+        s.machine.stop(self.now)
 
     # --- driving -------------------------------------------------------------------------
     def _begin(self) -> None:
@@ -362,7 +371,7 @@ class Harness:
 
     def _resign(self, side: str) -> None:
         s = self.sides[side]
-        if not s.up:
+        if not s.up and not s.stopped:
             s.machine.start(self.now)
 
     def _service(self, s: Side) -> bool:
