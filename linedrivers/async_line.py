@@ -31,7 +31,7 @@ XONXOFF_STUFFED = STUFFED + (0x11, 0x13, 0x91, 0x93)
 #: Flags (2) + KIND SEQ ACK (3) + FCS (2): the bytes a frame adds to its body, unstuffed.
 OVERHEAD = 7
 #: Added to twice the window's transmit time to get the least reply timeout (DESIGN 4.1).
-REPLY_MARGIN = 0.5
+REPLY_MARGIN = 0.25  # the peer's commit before its ACK, scheduling, relays
 VERSION = "MCCS/1"
 REFUSED = b"REFUSED"  # body of the O that refuses a sign-on (a plain sign-off has none)
 

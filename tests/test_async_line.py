@@ -193,9 +193,11 @@ def test_bad_signons_are_dropped_and_counted():
 
 # --- timers and retries ------------------------------------------------------------------------
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("baud,window,expect", [(9600, 1, 3.0), (9600, 8, 3.05), (1200, 8, 20.9)])
-def test_retry_limit_takes_the_line_down_with_unacked_in_order(baud, window, expect):
-    h = up_pair(baud=baud, window=window, retry_limit=3)
+@pytest.mark.parametrize("baud,window,base,expect", [
+    (9600, 1, 3.0, 3.0), (9600, 8, 3.0, 3.0), (1200, 8, 3.0, 2 * 8 * 153 * 10 / 1200 + 0.25),
+    (115200, 8, 0.3, 2 * 8 * 153 * 10 / 115200 + 0.25), (115200, 1, 0.3, 0.3)])
+def test_retry_limit_takes_the_line_down_with_unacked_in_order(baud, window, base, expect):
+    h = up_pair(baud=baud, window=window, retry_limit=3, reply_timeout=base)
     imgs = make_images("AA", "BB", 2 * window)
     h.channel.disconnect()
     t0 = h.now
@@ -205,7 +207,8 @@ def test_retry_limit_takes_the_line_down_with_unacked_in_order(baud, window, exp
     assert down.reason == "retry limit" and down.unacked == imgs
     timeouts = [t for t, e in events_of(h, "a", LineEvent) if e.kind == "timeout"]
     assert len(timeouts) == 4  # the first try and 3 retries
-    # the reply timeout is the base 3 s, raised to 2 x the window's time on the wire + 0.5 s
+    # the reply timeout is the base, raised to 2 x the window's time on the wire (153-byte
+    # frames of 128-byte messages, 10 bits a byte) + 0.25 s
     assert timeouts[0] - t0 == pytest.approx(expect, abs=0.01)
     assert t_down == pytest.approx(t0 + 4 * expect, abs=0.05)
     retries = [e.detail for _, e in events_of(h, "a", LineEvent) if e.kind == "retry"]
@@ -224,7 +227,7 @@ def test_keepalive_and_dead_line():
     t0 = h.now
     h.run_for(45)
     (t_a, down), = events_of(h, "a", LineDown)[:1]
-    assert down.reason == "dead line" and t0 + 30 - 3 < t_a <= t0 + 30 + 3 * 3.05 + 0.1
+    assert down.reason == "dead line" and t0 + 30 - 3 < t_a <= t0 + 30 + 3 * 3.0 + 0.1
 
 
 @pytest.mark.timeout(10)
