@@ -63,9 +63,8 @@ def socket_path(path: str | os.PathLike) -> str:
         if stat.S_ISSOCK(os.stat(path).st_mode):
             return str(path)
     except FileNotFoundError:
-        if str(path).endswith(".sock"):
+        if str(path).endswith(".sock"):  # a daemon's socket, not there while it is down
             return str(path)
-        raise
     from .config import load
     return load(path).socket
 

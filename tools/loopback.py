@@ -1,0 +1,327 @@
+"""`mccs loopback`: a whole MCCS network on one machine, and a verdict on it.
+
+N daemons run as separate processes, joined by `vserial` lines (a full mesh or the links
+given), each line async or BSC at a chosen baud and bit-error rate. Sender and receiver
+processes on every host exchange M messages between random process pairs on directly linked
+hosts, while lines are disconnected and daemons killed with SIGKILL on a schedule. The verdict
+comes from the processes' own logs: every message whose MSG_ID was returned must arrive exactly
+once, and in order for each pair of processes.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import itertools
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.hosts import DaemonProcess, write_config
+from tools.vserial import Lines
+
+
+@dataclasses.dataclass
+class Options:
+    hosts: int = 3
+    links: list[str] | None = None  # "AA-BB" specs; None: full mesh
+    protocol: str = "mixed"  # async, bsc, or mixed (the first link BSC, the others async)
+    baud: int = 115200
+    ber: float = 0.0
+    messages: int = 300
+    senders: int = 2  # sender processes per host
+    receivers: int = 2  # receiver processes per host
+    size: int = 64  # bytes of MESSAGE
+    disconnect_every: float = 0.0  # seconds between line disconnects (0: none)
+    disconnect_for: float = 1.0
+    kill_every: float = 0.0  # seconds between kill -9 of a daemon (0: none)
+    timeout: float = 240.0  # for the whole run
+    seed: int = 1
+    dir: str | None = None  # keep everything here (configs, checkpoints, traces, logs)
+    fault_drop_received: int = 0  # test hook: daemons drop every Nth received message
+    quiet: bool = False
+
+
+def host_ids(n: int) -> list[str]:
+    if not 2 <= n <= 26:
+        raise ValueError("--hosts must be from 2 to 26")
+    return [chr(ord("A") + i) * 2 for i in range(n)]
+
+
+def timers(baud: int) -> dict:
+    """Timers short enough for a quick run, long enough for a block and its reply at this baud."""
+    block = 300 * 10 / baud
+    reply = round(0.4 + 3 * block, 3)
+    return {"reply_timeout": reply, "disconnect_timeout": round(10 * reply, 3), "keepalive": round(5 * reply, 3),
+            "ttd_timeout": round(0.6 * reply, 3), "backoff_max": 2.0}
+
+
+class Network:
+    """Lines, daemons and traffic processes of one run, all under `root`."""
+
+    def __init__(self, opts: Options, root: Path):
+        self.opts, self.root = opts, root
+        self.hosts = host_ids(opts.hosts)
+        self.links = opts.links or [f"{a}-{b}" for a, b in itertools.combinations(self.hosts, 2)]
+        unknown = {h for spec in self.links for h in spec.split("-")} - set(self.hosts)
+        if unknown:
+            raise ValueError(f"links name hosts that are not in the network: {', '.join(sorted(unknown))}")
+        self.protocol = {spec: self._protocol(i) for i, spec in enumerate(self.links)}
+        self.neighbours = collections.defaultdict(list)
+        for spec in self.links:
+            a, b = spec.split("-")
+            self.neighbours[a].append(b)
+            self.neighbours[b].append(a)
+        self.vlines = Lines(str(root / "dev"), self.links, baud=opts.baud, ber=opts.ber, seed=opts.seed)
+        self.daemons: dict[str, DaemonProcess] = {}
+        self.procs: list[subprocess.Popen] = []
+
+    def _protocol(self, i: int) -> str:
+        if self.opts.protocol == "mixed":
+            return "bsc" if i == 0 else "async"
+        return self.opts.protocol
+
+    def configs(self) -> None:
+        env = {"MCCS_FAULT_DROP_RECEIVED": str(self.opts.fault_drop_received)} if self.opts.fault_drop_received else {}
+        for host in self.hosts:
+            lines = []
+            for spec in self.links:
+                a, b = spec.split("-")
+                if host not in (a, b):
+                    continue
+                peer = b if host == a else a
+                lines.append({"peer": peer, "port": self.vlines.port(host, peer), "protocol": self.protocol[spec],
+                              "baud": self.opts.baud, "role": "primary" if host < peer else "secondary",
+                              **timers(self.opts.baud)})
+            self.daemons[host] = DaemonProcess(write_config(self.root, host, lines), env=env)
+
+    def plan_traffic(self) -> dict[str, list[str]]:
+        """Each message: a sender process, a receiver process on a directly linked host."""
+        rng = random.Random(self.opts.seed)
+        senders = [f"{h}S{i}" for h in self.hosts if self.neighbours[h] for i in range(self.opts.senders)]
+        plans: dict[str, list[str]] = {s: [] for s in senders}
+        for k in range(self.opts.messages):
+            sender = senders[k % len(senders)]
+            peer = rng.choice(self.neighbours[sender[:2]])
+            plans[sender].append(f"{peer}R{rng.randrange(self.opts.receivers)}")
+        return plans
+
+    def start_traffic(self, plans: dict[str, list[str]]) -> None:
+        logs = self.root / "logs"
+        logs.mkdir(exist_ok=True)
+        py = [sys.executable, "-m", "tools.traffic"]
+        for host in self.hosts:
+            for i in range(self.opts.receivers):
+                name = f"R{i}"
+                self.procs.append(subprocess.Popen(py + ["recv", str(self.daemons[host].config), name,
+                                                         str(logs / f"{host}{name}.recv"), str(self.root / "stop")]))
+        for sender, targets in plans.items():
+            plan = logs / f"{sender}.plan"
+            plan.write_text("\n".join(targets) + "\n")
+            self.procs.append(subprocess.Popen(py + ["send", str(self.daemons[sender[:2]].config), sender[2:],
+                                                     str(logs / f"{sender}.sent"), str(plan), str(self.opts.size)]))
+
+    def stop(self) -> None:
+        (self.root / "stop").touch()
+        for p in self.procs:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for d in self.daemons.values():
+            d.stop()
+        self.vlines.close()
+
+
+def read_logs(root: Path) -> tuple[dict, dict]:
+    """sent[(sender, seq)] = (msg_id, send_time, to_id); got[(sender, seq)] = [(receiver, latency)],
+    receivers' entries in the order each receiver got them."""
+    sent, got = {}, collections.defaultdict(list)
+    for path in sorted((root / "logs").glob("*.sent")):
+        for line in path.read_text().splitlines():
+            msg_id, seq, t, to_id = line.split()
+            sent[(path.stem, int(seq))] = (int(msg_id), float(t), to_id)
+    for path in sorted((root / "logs").glob("*.recv")):
+        for line in path.read_text().splitlines():
+            sender, seq, t_sent, t_recv, _ = line.split()
+            got[(sender, int(seq))].append((path.stem, float(t_recv) - float(t_sent)))
+    return sent, got
+
+
+def verdict(root: Path, planned: int, statuses: dict) -> dict:
+    sent, got = read_logs(root)
+    lost = [k for k in sent if not got.get(k)]
+    duplicated = [k for k, v in got.items() if len(v) > 1]
+    unexpected = [k for k in got if k not in sent]  # received, but its SEND never returned
+    order = collections.defaultdict(list)
+    for path in sorted((root / "logs").glob("*.recv")):  # each receiver's log is in its RECV order
+        for line in path.read_text().splitlines():
+            sender, seq = line.split()[:2]
+            order[(sender, path.stem)].append(int(seq))
+    reordered = sum(1 for seqs in order.values() for a, b in zip(seqs, seqs[1:]) if b < a)
+    latencies = sorted(v[0][1] for v in got.values())
+    counters = collections.Counter()
+    for status in statuses.values():
+        for line in status.get("lines", []):
+            for key in ("retransmissions", "crc_errors", "timeouts", "naks"):
+                counters[key] += line.get("counters", {}).get(key, 0)
+    q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
+    return {"planned": planned, "sent": len(sent), "delivered": sum(1 for k in sent if got.get(k)),
+            "lost": len(lost), "duplicated": len(duplicated), "out_of_order": reordered,
+            "unexpected": len(unexpected),
+            "latency_p50": q[49] if q else None, "latency_p95": q[94] if q else None,
+            "latency_p99": q[98] if q else None, **counters,
+            "lost_keys": [f"{s}:{n}" for s, n in lost[:20]], "ok": not (lost or duplicated or reordered or unexpected)
+            and len(sent) == planned}
+
+
+def run_network(opts: Options) -> dict:
+    """Run one loopback network to the end and return its verdict (see `verdict`)."""
+    root = Path(opts.dir) if opts.dir else Path(tempfile.mkdtemp(prefix="mccs-loopback-"))
+    root.mkdir(parents=True, exist_ok=True)
+    net = Network(opts, root)
+    say = (lambda *a: None) if opts.quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    rng = random.Random(opts.seed + 1)
+    statuses = {}
+    with net.vlines:
+        net.configs()
+        try:
+            for d in net.daemons.values():
+                d.start()
+            plans = net.plan_traffic()
+            planned = sum(map(len, plans.values()))
+            say(f"loopback: {len(net.hosts)} hosts, links {', '.join(f'{s} ({net.protocol[s]})' for s in net.links)}, "
+                f"{opts.baud} baud, BER {opts.ber:g}, {planned} messages, in {root}")
+            net.start_traffic(plans)
+            t0 = time.monotonic()
+            next_kill = t0 + opts.kill_every if opts.kill_every else None
+            next_cut = t0 + opts.disconnect_every if opts.disconnect_every else None
+            reconnect_at, cut, kills, cuts, last_report = None, None, 0, 0, t0
+            hosts_cycle, lines_cycle = itertools.cycle(net.hosts), itertools.cycle(net.vlines.lines.values())
+            while time.monotonic() - t0 < opts.timeout:
+                time.sleep(0.1)
+                now = time.monotonic()
+                failed = [p for p in net.procs if p.poll() not in (None, 0)]
+                if failed:
+                    raise RuntimeError(f"a traffic process failed: {' '.join(failed[0].args[2:5])} "
+                                       f"exited with {failed[0].returncode}")
+                sent, got = read_logs(root)
+                traffic_done = len(sent) == planned
+                if traffic_done and all(got.get(k) for k in sent):
+                    break
+                if next_kill and now >= next_kill:
+                    victim = net.daemons[next(hosts_cycle)]
+                    victim.kill()
+                    time.sleep(rng.uniform(0.05, 0.3))
+                    victim.start()
+                    kills += 1
+                    next_kill = time.monotonic() + opts.kill_every
+                if next_cut and now >= next_cut and cut is None:
+                    cut = next(lines_cycle)
+                    cut.disconnect()
+                    cuts += 1
+                    reconnect_at = now + opts.disconnect_for
+                if cut is not None and now >= reconnect_at:
+                    cut.reconnect()
+                    cut, next_cut = None, (now + opts.disconnect_every if opts.disconnect_every else None)
+                if now - last_report >= 1.0:
+                    last_report = now
+                    delivered = sum(1 for k in sent if got.get(k))
+                    say(f"  [{now - t0:5.1f} s] sent {len(sent)}/{planned}  delivered {delivered}  "
+                        f"kills {kills}  disconnects {cuts}")
+            if cut is not None:
+                cut.reconnect()
+            for host, d in net.daemons.items():
+                statuses[host] = _status(d)
+        finally:
+            net.stop()
+    result = verdict(root, planned, statuses)
+    result.update(elapsed=round(time.monotonic() - t0, 2), kills=kills, disconnects=cuts, dir=str(root),
+                  trace_dirs=[d.cfg.trace_dir for d in net.daemons.values()])
+    return result
+
+
+def _status(d: DaemonProcess) -> dict:
+    import mccs
+    try:
+        with mccs.connect(d.config, "LOOP", connect_timeout=5) as c:
+            return c.status()
+    except mccs.MCCSError:
+        return {}
+
+
+def print_verdict(v: dict, out=sys.stdout) -> None:
+    rows = [("messages planned", v["planned"]), ("sent (MSG_ID returned)", v["sent"]),
+            ("delivered", v["delivered"]), ("lost", v["lost"]), ("duplicated", v["duplicated"]),
+            ("out of order", v["out_of_order"]), ("delivered but never sent", v["unexpected"])]
+    for key in ("latency_p50", "latency_p95", "latency_p99"):
+        if v.get(key) is not None:
+            rows.append((f"latency {key[-3:]} (s)", f"{v[key]:.3f}"))
+    rows += [(k, v.get(k, 0)) for k in ("retransmissions", "crc_errors", "timeouts", "naks")]
+    rows += [("daemons killed (kill -9)", v["kills"]), ("line disconnects", v["disconnects"]),
+             ("elapsed (s)", v["elapsed"])]
+    width = max(len(r[0]) for r in rows)
+    print("MCCS loopback verdict", file=out)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}", file=out)
+    print(f"  {'VERDICT':<{width}}  {'PASS' if v['ok'] else 'FAIL'}", file=out)
+    if v["lost_keys"]:
+        print(f"  lost (first ones): {' '.join(v['lost_keys'])}", file=out)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = Options()
+    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    p.add_argument("--hosts", type=int, default=d.hosts, help="number of hosts (AA, BB, CC, ...)")
+    p.add_argument("--links", default=None, help="comma-separated links like AA-BB,BB-CC (default: full mesh)")
+    p.add_argument("--protocol", choices=("async", "bsc", "mixed"), default=d.protocol,
+                   help="line protocol; mixed: the first link BSC, the others async")
+    p.add_argument("--baud", type=int, default=d.baud, help="virtual line speed")
+    p.add_argument("--ber", type=float, default=d.ber, help="bit-error rate on every line")
+    p.add_argument("--messages", type=int, default=d.messages, help="messages in all")
+    p.add_argument("--senders", type=int, default=d.senders, help="sender processes per host")
+    p.add_argument("--receivers", type=int, default=d.receivers, help="receiver processes per host")
+    p.add_argument("--size", type=int, default=d.size, help="bytes of MESSAGE (at most 128)")
+    p.add_argument("--disconnect-every", type=float, default=d.disconnect_every,
+                   help="seconds between line disconnects, one line at a time (0: none)")
+    p.add_argument("--disconnect-for", type=float, default=d.disconnect_for, help="seconds a line stays cut")
+    p.add_argument("--kill-every", type=float, default=d.kill_every,
+                   help="seconds between kill -9 of a daemon, round robin, restarted at once (0: none)")
+    p.add_argument("--timeout", type=float, default=d.timeout, help="give up after this many seconds")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--dir", default=None, help="keep configs, checkpoints, traces and logs here")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--fault-drop-received", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    fields = {f.name for f in dataclasses.fields(Options)}
+    opts = Options(**{k: v for k, v in vars(args).items() if k in fields})
+    if isinstance(opts.links, str):
+        opts.links = [s.strip() for s in opts.links.split(",") if s.strip()]
+    return opts
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        opts = options_from(args)
+        if not 1 <= opts.size <= 128:
+            raise ValueError("--size must be from 1 to 128")
+        v = run_network(opts)
+    except ValueError as e:
+        print(f"mccs loopback: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        print(f"mccs loopback: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(v, indent=2))
+    else:
+        print_verdict(v)
+    return 0 if v["ok"] else 1
