@@ -1,5 +1,6 @@
 """linedrivers.port.SerialPort over real ptys (tools.vserial) and pyserial URLs."""
 import queue
+import socket
 import time
 
 import pytest
@@ -116,6 +117,27 @@ def test_loop_url_without_exclusive_support():
         assert r.wait_state() == (True, "open")
         p.write(b"round trip")
         assert r.wait_data(10) == b"round trip"
+
+
+@pytest.mark.timeout(20)
+def test_socket_url_and_its_loss_are_handled():
+    """socket:// (a terminal server) takes no exclusive lock; a dropped connection is a lost port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    r = Recorder()
+    with server, r.port(f"socket://127.0.0.1:{server.getsockname()[1]}", backoff_max=0.2) as p:
+        conn, _ = server.accept()
+        assert r.wait_state() == (True, "open")
+        conn.sendall(b"from the server")
+        assert r.wait_data(15) == b"from the server"
+        conn.close()
+        is_open, reason = r.wait_state()
+        assert not is_open and reason
+        conn, _ = server.accept()  # and it connects again
+        assert r.wait_state() == (True, "open")
+        p.write(b"again")
+        conn.settimeout(5)
+        assert conn.recv(5) == b"again"
+        conn.close()
 
 
 @pytest.mark.timeout(20)
