@@ -26,7 +26,7 @@ from .dispatcher import ProcessDispatcher
 from .ipc import FrameError, PROTOCOL_VERSION, b64, unb64
 from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, Lists
-from .trace import FLUSH_SECONDS, TraceWriter
+from .trace import TraceWriter
 
 log = logging.getLogger("mccs.daemon")
 
@@ -90,7 +90,6 @@ class Daemon:
         limit = 4096 + 2 * self.cfg.max_message
         srv = await server.listen(self, self.cfg.socket, self.cfg.socket_group, limit)
         self.lines.start()
-        self._flush_timer()
         self.wake()
         log.info("%s: daemon ready on %s", self.host, self.cfg.socket)
         await self._stopping.wait()
@@ -98,10 +97,6 @@ class Daemon:
         srv.close()
         self.lines.stop()
         self.run_pass()
-
-    def _flush_timer(self) -> None:
-        self.trace.flush()
-        self.loop.call_later(FLUSH_SECONDS, self._flush_timer)
 
     # -- waking the loop ------------------------------------------------------------------
     def wake(self) -> None:
@@ -141,10 +136,12 @@ class Daemon:
             self.trace.msg(kind, origin=blk.origin, msg_id=blk.msg_id, from_id=blk.from_id, to_id=blk.to_id,
                            user_id=blk.user_id, **extra)
         self._traces.clear()
+        self.trace.flush()
         for conn, obj in self._replies:
             conn.reply(obj)
         self._replies.clear()
         self.lines.after_commit(now)
+        self.trace.flush()
         deadlines = [p.deadline for p in self.lists.wait if p.op == "recv" and p.deadline is not None]
         deadlines += self.lines.deadlines()
         if deadlines:

@@ -1,9 +1,10 @@
 """The trace writer: JSON Lines under trace_dir (DESIGN.md section 6), rotated by size.
 
-Msg and line events are written at once (an OS write, no fsync) so they precede the reply that
-depends on them and a kill -9 loses none; frame events are buffered and flushed at least once a
-second so tracing does not slow the line. A trace that cannot be written is logged and counted,
-never fatal: traces serve the operator, the messages come first.
+Msg and line events are written by the daemon's next `flush()`, which every loop pass makes
+after its commit and before its replies (an OS write, no fsync): they precede the reply that
+depends on them and a kill -9 loses none. Frame events wait in the same buffer, so a pass costs
+one write whatever it traced. A trace that cannot be written is logged and counted, never fatal:
+traces serve the operator, the messages come first.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from pathlib import Path
 log = logging.getLogger("mccs.trace")
 
 VERSION = 1
-FLUSH_SECONDS = 1.0
 
 
 class TraceWriter:
@@ -29,7 +29,6 @@ class TraceWriter:
         self._size = 0
         self._part = 0
         self._pending: list[bytes] = []
-        self._pending_since = 0.0
         self._stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}"
         self._open()
 
@@ -68,27 +67,18 @@ class TraceWriter:
             self._fail(e)
 
     def msg(self, kind: str, *, line: str | None = None, proto: str | None = None, **fields) -> None:
-        """accepted sent acked received delivered duplicate: written now, before any reply."""
-        self._now("msg", line, proto, {"kind": kind, **fields})
+        """accepted sent acked received delivered duplicate: written at the next flush(), before any reply."""
+        self._pending.append(self._line("msg", line, proto, {"kind": kind, **fields}))
 
     def line(self, kind: str, line: str, proto: str, **fields) -> None:
-        """up down signon_refused timeout retry: written now."""
-        self._now("line", line, proto, {"kind": kind, **fields})
-
-    def _now(self, type_: str, line: str | None, proto: str | None, fields: dict) -> None:
-        """Write at once, after the buffered frames so the file stays in time order."""
-        self._pending.append(self._line(type_, line, proto, fields))
-        self.flush()
+        """up down signon_refused timeout retry."""
+        self._pending.append(self._line("line", line, proto, {"kind": kind, **fields}))
 
     def frame(self, line: str, proto: str, ev) -> None:
         """A FrameTraced event from a line machine: buffered, flushed within a second."""
-        if not self._pending:
-            self._pending_since = time.monotonic()
         self._pending.append(self._line("frame", line, proto, {
             "dir": ev.dir, "kind": ev.kind, "bytes": ev.nbytes, "ok": ev.ok, "seq": ev.seq,
             "origin": ev.origin, "msg_id": ev.msg_id, "retransmit": ev.retransmit or None}))
-        if len(self._pending) >= 512 or time.monotonic() - self._pending_since >= FLUSH_SECONDS:
-            self.flush()
 
     def flush(self) -> None:
         if self._pending:

@@ -1,0 +1,97 @@
+"""`mccs bench local`: durable SEND-to-RECV messages per second through one daemon, against the
+raw SQLite commit rate of this machine measured in the same run (WAL, synchronous=FULL, one
+small row per commit). The ratio is what group commit buys."""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import platform
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from tools.hosts import DaemonProcess, write_config
+
+
+def raw_commit_rate(path: Path, seconds: float = 2.0) -> float:
+    """Commits per second of one small row each, WAL + synchronous=FULL."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, data BLOB)")
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO t (data) VALUES (?)", (b"x" * 64,))
+        conn.execute("COMMIT")
+        n += 1
+    rate = n / (time.perf_counter() - t0)
+    conn.close()
+    return rate
+
+
+def _sender(config, name, to_id, count, start, out):
+    import mccs
+    with mccs.connect(config, name) as c:
+        start.wait()
+        t0 = time.perf_counter()
+        for i in range(count):
+            c.send(to_id, b"m" * 64)
+        out.put(("send", t0, time.perf_counter()))
+
+
+def _receiver(config, name, count, start, out):
+    import mccs
+    with mccs.connect(config, name) as c:
+        start.wait()
+        for _ in range(count):
+            c.recv(timeout=60)
+        out.put(("recv", None, time.perf_counter()))
+
+
+def local_rate(config: Path, pairs: int, count: int) -> float:
+    ctx = mp.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_receiver, args=(str(config), f"R{i}", count, start, out)) for i in range(pairs)]
+    procs += [ctx.Process(target=_sender, args=(str(config), f"S{i}", f"AAR{i}", count, start, out))
+              for i in range(pairs)]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)
+    start.set()
+    results = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join()
+    t0 = min(r[1] for r in results if r[0] == "send")
+    t1 = max(r[2] for r in results if r[0] == "recv")
+    return pairs * count / (t1 - t0)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pairs", type=int, default=4, help="sending and receiving processes (each)")
+    p.add_argument("--messages", type=int, default=2000, help="messages per sender")
+    p.add_argument("--runs", type=int, default=3, help="runs; the median is reported")
+    p.add_argument("--synchronous", default="full", choices=("full", "normal", "off"))
+
+
+def run(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="mccs-bench-") as tmp:
+        tmp = Path(tmp)
+        rates, raws = [], []
+        for i in range(args.runs):
+            raws.append(raw_commit_rate(tmp / f"raw{i}.db"))
+            config = write_config(tmp / f"run{i}", "AA", [], synchronous=args.synchronous)
+            with DaemonProcess(config):
+                rates.append(local_rate(config, args.pairs, args.messages))
+            print(f"run {i + 1}: {rates[-1]:8.0f} msg/s   raw SQLite {raws[-1]:8.0f} commits/s   "
+                  f"ratio {rates[-1] / raws[-1]:.2f}")
+    rate, raw = statistics.median(rates), statistics.median(raws)
+    print(f"\nmccs bench local ({platform.node()}, {mp.cpu_count()} cores, Python {platform.python_version()}, "
+          f"synchronous={args.synchronous}, {args.pairs}+{args.pairs} processes, "
+          f"{args.pairs * args.messages} messages a run, median of {args.runs})")
+    print(f"  durable SEND-to-RECV: {rate:8.0f} messages/s")
+    print(f"  raw SQLite commits:   {raw:8.0f} commits/s (WAL, synchronous=FULL, one row each)")
+    print(f"  ratio:                {rate / raw:8.2f}  (target >= 1.5, stretch 3)")
+    return 0
