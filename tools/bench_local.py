@@ -32,13 +32,13 @@ def raw_commit_rate(path: Path, seconds: float = 2.0) -> float:
     return rate
 
 
-def _sender(config, name, to_id, count, start, out):
+def _sender(config, name, to_id, count, size, start, out):
     import mccs
     with mccs.connect(config, name) as c:
         start.wait()
         t0 = time.perf_counter()
         for i in range(count):
-            c.send(to_id, b"m" * 64)
+            c.send(to_id, b"m" * size)
         out.put(("send", t0, time.perf_counter()))
 
 
@@ -47,21 +47,24 @@ def _receiver(config, name, count, start, out):
     with mccs.connect(config, name) as c:
         start.wait()
         for _ in range(count):
-            c.recv(timeout=60)
+            if c.recv(timeout=120) is None:
+                break
         out.put(("recv", None, time.perf_counter()))
 
 
-def local_rate(config: Path, pairs: int, count: int) -> float:
+def message_rate(send_config: Path, recv_config: Path, recv_host: str, pairs: int, count: int,
+                 size: int = 64) -> float:
+    """Messages a second from `pairs` sender processes to as many receivers, first SEND to last RECV."""
     ctx = mp.get_context("fork")
     start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_receiver, args=(str(config), f"R{i}", count, start, out)) for i in range(pairs)]
-    procs += [ctx.Process(target=_sender, args=(str(config), f"S{i}", f"AAR{i}", count, start, out))
+    procs = [ctx.Process(target=_receiver, args=(str(recv_config), f"R{i}", count, start, out)) for i in range(pairs)]
+    procs += [ctx.Process(target=_sender, args=(str(send_config), f"S{i}", f"{recv_host}R{i}", count, size, start, out))
               for i in range(pairs)]
     for p in procs:
         p.start()
     time.sleep(0.5)
     start.set()
-    results = [out.get(timeout=300) for _ in procs]
+    results = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
     t0 = min(r[1] for r in results if r[0] == "send")
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             raws.append(raw_commit_rate(tmp / f"raw{i}.db"))
             config = write_config(tmp / f"run{i}", "AA", [], synchronous=args.synchronous)
             with DaemonProcess(config):
-                rates.append(local_rate(config, args.pairs, args.messages))
+                rates.append(message_rate(config, config, "AA", args.pairs, args.messages))
             print(f"run {i + 1}: {rates[-1]:8.0f} msg/s   raw SQLite {raws[-1]:8.0f} commits/s   "
                   f"ratio {rates[-1] / raws[-1]:.2f}")
     rate, raw = statistics.median(rates), statistics.median(raws)
