@@ -71,6 +71,7 @@ class Checkpoint:
         self._dups: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self._dup_set: set[tuple[str, int]] = set()
         self.commits = 0
+        self._sends = 0
 
     # -- opening -------------------------------------------------------------------------
     def _lock(self) -> int:
@@ -203,7 +204,8 @@ class Checkpoint:
         seq = self.next_seq()
         self.conn.execute("INSERT OR REPLACE INTO send_done (req, seq, msg_id, to_id) VALUES (?,?,?,?)",
                           (req, seq, msg_id, to_id))
-        if seq % 4096 == 0:
+        self._sends += 1
+        if self._sends % 4096 == 0:
             self.conn.execute("DELETE FROM send_done WHERE seq < (SELECT seq FROM send_done ORDER BY seq DESC "
                               "LIMIT 1 OFFSET ?)", (SEND_DONE_KEEP,))
 

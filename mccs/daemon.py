@@ -53,6 +53,7 @@ class Daemon:
         self._timer_at: float | None = None
         self._stopping: asyncio.Event | None = None
         self.started = time.time()
+        self.failed = False
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- Initialization -------------------------------------------------------------------
@@ -80,7 +81,7 @@ class Daemon:
         finally:
             self.trace.close()
             self.cp.close()
-        return 0
+        return 70 if self.failed else 0
 
     async def _main(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -96,7 +97,8 @@ class Daemon:
         log.info("%s: stopping", self.host)
         srv.close()
         self.lines.stop()
-        self.run_pass()
+        if not self.failed:
+            self.run_pass()
 
     # -- waking the loop ------------------------------------------------------------------
     def wake(self) -> None:
@@ -120,7 +122,18 @@ class Daemon:
 
     # -- one pass -------------------------------------------------------------------------
     def run_pass(self) -> None:
+        """One pass; a failure inside it stops the daemon: the checkpoint rolled back, and memory
+        is only trusted again after Initialization restores it from there."""
         self._pass_pending = False
+        try:
+            self._pass()
+        except Exception:
+            log.critical("%s: internal error in a loop pass; stopping (a restart restores the checkpoint)",
+                         self.host, exc_info=True)
+            self.failed = True
+            self._stopping.set()
+
+    def _pass(self) -> None:
         now = time.monotonic()
         with self.cp.transaction():
             self._apply_confirms()
@@ -199,7 +212,7 @@ class Daemon:
             if op in ("send", "recv", "confirm") and conn.name is None:
                 raise FrameError("say hello with a process name first")
             handler(conn, rid, req)
-        except (FrameError, IdError, ValueError, TypeError, KeyError) as e:
+        except (FrameError, IdError, ValueError, TypeError, KeyError, AttributeError) as e:
             self.counters["bad_requests"] += 1
             code = getattr(e, "code", "bad_request")
             conn.reply({"id": rid, "ok": False, "error": str(e), "code": code})

@@ -281,3 +281,18 @@ def test_sigterm_stops_cleanly_and_lists_survive(host):
     with mccs.connect(d.config, "R") as r:
         assert r.status()["lists"] == {"wait": 0, "send": 1, "recv": 1}
         assert r.recv().data == b"kept"
+
+
+def test_wrong_types_in_requests_get_errors_not_crashes(host):
+    d = host()
+    raw = socket.socket(socket.AF_UNIX)
+    raw.connect(d.cfg.socket)
+    bad = [{"op": "hello", "name": 5}, {"op": "hello", "name": "T"}, {"op": "recv", "from": 123},
+           {"op": "recv", "timeout": "soon"}, {"op": "recv", "user_id": 70000}, {"op": "confirm", "rid": [1]},
+           {"op": "send", "to": "AAX", "data": "eA==", "user_id": -1}, {"op": "send", "to": None, "data": "eA=="}, [1, 2]]
+    for obj in bad:
+        raw.sendall(frame(obj) if isinstance(obj, dict) else struct.pack(">I", 5) + b"[1,2]")
+    replies = [_read(raw) for _ in bad]
+    assert [r["ok"] for r in replies] == [False, True] + [False] * 7
+    with mccs.connect(d.config, "S") as s:
+        assert s.status()["counters"]["bad_requests"] >= 8
