@@ -1,0 +1,60 @@
+"""The trace writer: schema, rotation, msg events before replies, a broken trace_dir never fatal."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import mccs
+from linedrivers.events import FrameTraced
+from mccs.trace import TraceWriter
+from tools.hosts import DaemonProcess, write_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _events(directory) -> list[dict]:
+    return [json.loads(line) for p in sorted(Path(directory).glob("*.jsonl")) for line in p.read_text().splitlines()]
+
+
+def test_schema_and_rotation(tmp_path):
+    t = TraceWriter(tmp_path, "AA", max_bytes=4096)
+    for i in range(100):
+        t.frame("BB", "async", FrameTraced("tx", "D", 150, True, i % 256, "AA", i, i % 7 == 0))
+        t.msg("accepted", origin="AA", msg_id=i, from_id="AAP   ", to_id="BBQ   ", user_id=i)
+        t.flush()
+    t.line("up", "BB", "async", baud=9600)
+    t.close()
+    files = sorted(tmp_path.glob("AA-*.jsonl"))
+    assert len(files) > 3 and all(f.stat().st_size <= 4096 + 1024 for f in files)
+    events = _events(tmp_path)
+    assert len(events) == 201
+    frame = events[0]
+    assert frame == {"v": 1, "ts": frame["ts"], "host": "AA", "line": "BB", "proto": "async", "type": "frame",
+                     "dir": "tx", "kind": "D", "bytes": 150, "ok": True, "seq": 0, "origin": "AA", "msg_id": 0,
+                     "retransmit": True}
+    assert events[1]["type"] == "msg" and events[1]["kind"] == "accepted" and "retransmit" not in events[3]
+    assert events[-1]["kind"] == "up" and events[-1]["baud"] == 9600
+
+
+def test_msg_events_precede_replies_so_kill9_loses_none(tmp_path):
+    d = DaemonProcess(write_config(tmp_path, "AA", [])).start()
+    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R") as r:
+        ids = [s.send("AAR", b"x") for _ in range(20)]
+        got = [r.recv().msg_id for _ in range(10)]
+    d.kill()
+    events = _events(d.cfg.trace_dir)
+    kinds = {(e["kind"], e["msg_id"]) for e in events if e["type"] == "msg"}
+    assert all(("accepted", i) in kinds and ("received", i) in kinds for i in ids)
+    assert all(("delivered", i) in kinds for i in got)
+
+
+def test_unwritable_trace_dir_is_not_fatal(tmp_path):
+    (tmp_path / "blocked").write_text("a file where the trace directory should be")
+    d = DaemonProcess(write_config(tmp_path, "AA", [], trace_dir="blocked/AA")).start()
+    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R") as r:
+        s.send("AAR", b"traces or not")
+        assert r.recv().data == b"traces or not"
+        assert s.status()["counters"]["trace_errors"] > 0
+    assert d.stop() == 0
