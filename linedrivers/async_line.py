@@ -341,8 +341,9 @@ class AsyncLine:
             self._trace_rx("?", nbytes, False)
             return
         content = unstuff(raw)
-        if content is None or len(content) < 5:
+        if content is None or len(content) < 5:  # a fragment (noise made or hid a flag)
             self.counters["garbage"] += len(raw)
+            self._trace_rx("?", nbytes, False)
             return
         kind = chr(content[0])
         if x25(content[:-2]) != int.from_bytes(content[-2:], "little"):

@@ -428,3 +428,20 @@ def test_clean_line_runs_near_the_framing_ceiling():
         res.check()
         wire_time = res.a.counters["bytes_tx"] * 10 / 9600
         assert wire_time / res.time >= floor
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=25)
+@given(seed=st.integers(0, 2**32), window=st.sampled_from([1, 2, 8, 127]),
+       ber=st.sampled_from([0, 1e-4, 1e-3]), drop=st.sampled_from([0, 0.02]),
+       dup=st.sampled_from([0, 0.05]), drop_bytes=st.sampled_from([0, 1e-3]),
+       chunk=st.sampled_from([None, 17, 200]), busy=st.booleans())
+def test_any_seeded_line_delivers_exactly_once_in_order(seed, window, ber, drop, dup, drop_bytes, chunk, busy):
+    """Lines bad enough to go DOWN often, but not hopeless: everything arrives once, in order."""
+    ma, mb = make_images("AA", "BB", 200, 60, random_size=True), make_images("BB", "AA", 200, 60, seed=2)
+    channel = Channel(seed, ber=ber, drop=drop, dup=dup, drop_bytes=drop_bytes, chunk=chunk, baud=9600,
+                      delay=0.02, latency=0.003)
+    res = run_pair(*factories(window=window, max_message=60), ma, mb, channel=channel, until=20000,
+                   recv_capacity=20 if busy else None, drain_rate=40.0 if busy else None)
+    res.check()
+    assert res.a.counters["internal_errors"] == res.b.counters["internal_errors"] == 0
