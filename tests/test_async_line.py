@@ -445,3 +445,28 @@ def test_any_seeded_line_delivers_exactly_once_in_order(seed, window, ber, drop,
                    recv_capacity=20 if busy else None, drain_rate=40.0 if busy else None)
     res.check()
     assert res.a.counters["internal_errors"] == res.b.counters["internal_errors"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("trial", range(200))
+def test_soak_seeded_lines_with_restarts_and_pulled_cables(trial):
+    """`pytest -m slow`: 200 seeded lines, each with restarts and a cable pulled for a while."""
+    import random
+    r = random.Random(trial)
+    ch = Channel(trial, ber=r.choice([0, 1e-4, 1e-3]), drop=r.choice([0, 0.02]), dup=r.choice([0, 0.05]),
+                 drop_bytes=r.choice([0, 1e-3]), chunk=r.choice([None, 17, 64]), baud=9600,
+                 delay=r.choice([0, 0.05]), latency=r.choice([0, 0.003, 0.1]))
+    wa, wb = r.choice([1, 2, 8, 127]), r.choice([1, 3, 8, 16])
+    h = Harness(lambda: AsyncLine("AA", "BB", window=wa, max_message=60),
+                lambda: AsyncLine("BB", "AA", window=wb, max_message=60), channel=ch,
+                recv_capacity=r.choice([None, 20]), drain_rate=40.0)
+    h.send("a", make_images("AA", "BB", 300, 60, random_size=True, seed=trial))
+    h.send("b", make_images("BB", "AA", 300, 60, seed=trial))
+    for _ in range(r.randint(0, 4)):
+        h.at(r.uniform(1, 60), (lambda side: lambda h: h.restart(side))(r.choice("ab")))
+        t0 = r.uniform(1, 60)
+        h.at(t0, lambda h: h.channel.disconnect())
+        h.at(t0 + r.uniform(0, 40), lambda h: h.channel.reconnect())
+    assert h.run(30000, settle=2)
+    h.result().check()
