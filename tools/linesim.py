@@ -141,9 +141,6 @@ class Pipe:
         self.stats.delivered += len(data)
         return data
 
-    def in_flight(self) -> int:
-        return sum(len(c) for _, c in self._queue)
-
 
 class Channel:
     """Two pipes: `ab` carries a's writes to b, `ba` the other way. Keyword impairments apply
