@@ -1,0 +1,78 @@
+"""BSC code sets and the byte sequences built from them (DESIGN.md section 4.2).
+
+Every sequence a station sends is complete on its own: `SYN SYN`, the control characters, and
+the trailing pad `FF` that lets the last character clear the modem before the line turns round.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .crc import crc16, le16
+
+PAD = 0xFF
+#: The longest station ID the reader accepts before an ENQ / ACK0 / NAK (IBM allows 2-15).
+MAX_ID = 15
+
+
+@dataclass(frozen=True)
+class CodeSet:
+    """The control characters of one code set; `ack0` ... `rvi` are the characters after DLE."""
+    name: str
+    codec: str        # how IDs are encoded
+    ctl_max: int      # the highest control character: anything above it may be part of an ID
+    syn: int
+    stx: int
+    etb: int
+    etx: int
+    eot: int
+    enq: int
+    nak: int
+    dle: int
+    ack0: int
+    ack1: int
+    wack: int
+    rvi: int
+    #: kind -> the characters between `SYN SYN` and the pad, for every fixed sequence.
+    bodies: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "bodies", {
+            "ENQ": bytes([self.enq]), "EOT": bytes([self.eot]), "NAK": bytes([self.nak]),
+            "ACK0": bytes([self.dle, self.ack0]), "ACK1": bytes([self.dle, self.ack1]),
+            "WACK": bytes([self.dle, self.wack]), "RVI": bytes([self.dle, self.rvi]),
+            "TTD": bytes([self.stx, self.enq]), "DISC": bytes([self.dle, self.eot]),
+        })
+
+    def sequence(self, kind: str, ident: bytes = b"") -> bytes:
+        """`SYN SYN [ID] body FF`: the line bid, a reply, EOT, TTD, DLE EOT; with an ID the
+        identification forms (ID ENQ, ID ACK0, ID NAK)."""
+        return bytes([self.syn, self.syn]) + ident + self.bodies[kind] + bytes([PAD])
+
+    def encode_id(self, host: str) -> bytes:
+        """A station's ID: `MCCS` and its host id, in the line's code."""
+        return ("MCCS" + host).encode(self.codec)
+
+    def decode_id(self, ident: bytes) -> str:
+        """The host id in a received ID (the whole ID as text when it is not an MCCS one)."""
+        text = ident.decode(self.codec, "replace")
+        return text[4:] if text.startswith("MCCS") else text
+
+    def blocks(self, image: bytes, block_size: int) -> list[bytes]:
+        """The transparent text blocks of one message: `SYN SYN DLE STX text DLE ETB|ETX BCC FF`,
+        every DLE in the text doubled; BCC = CRC-16 over the text and the ending, low byte first."""
+        dle1, dle2 = bytes([self.dle]), bytes([self.dle, self.dle])
+        head = bytes([self.syn, self.syn, self.dle, self.stx])
+        out = []
+        for start in range(0, max(len(image), 1), block_size):
+            text = image[start:start + block_size]
+            end = self.etx if start + block_size >= len(image) else self.etb
+            bcc = crc16(bytes([end]), crc16(text))
+            out.append(head + text.replace(dle1, dle2) + bytes([self.dle, end]) + le16(bcc) + bytes([PAD]))
+        return out
+
+
+EBCDIC = CodeSet("ebcdic", "cp037", 0x3F, syn=0x32, stx=0x02, etb=0x26, etx=0x03, eot=0x37,
+                 enq=0x2D, nak=0x3D, dle=0x10, ack0=0x70, ack1=0x61, wack=0x6B, rvi=0x7C)
+ASCII = CodeSet("ascii", "ascii", 0x1F, syn=0x16, stx=0x02, etb=0x17, etx=0x03, eot=0x04,
+                enq=0x05, nak=0x15, dle=0x10, ack0=0x30, ack1=0x31, wack=0x3B, rvi=0x3C)
+CODE_SETS = {"ebcdic": EBCDIC, "ascii": ASCII}

@@ -1,0 +1,581 @@
+"""IBM binary synchronous (BSC, bisync) point-to-point contention line, sans-I/O.
+
+The interface and events are those of DESIGN.md section 4.0; the procedure is section 4.2:
+the stations identify once (ID ENQ / ID ACK0), then bid for the line with ENQ whenever one has
+messages, send every queued message as transparent blocks, each answered with the alternating
+ACK0/ACK1 (WACK when the receiver has no room, RVI when it wants the line), and give the line
+back with EOT. The receiving station stays in receive state until EOT, DLE EOT or the
+disconnect timeout, so an ENQ that asks it to repeat its reply is never taken for a bid.
+
+States: DOWN (not signed on; still answers a sign-on), SIGNON (our ID ENQ is out), CONTROL
+(signed on, nobody transmitting), BID (our ENQ is out), XMIT (we hold the line), RECV (the
+peer holds it).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from .bsc_codes import CODE_SETS
+from .bsc_reader import BscReader, Seq
+from .events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
+                     PeerRefused)
+from .ids import check_host_id
+from .image import HEADER_SIZE, key_of
+
+DOWN, SIGNON, CONTROL, BID, XMIT, RECV = "DOWN", "SIGNON", "CONTROL", "BID", "XMIT", "RECV"
+UP_STATES = (CONTROL, BID, XMIT, RECV)
+ACK = ("ACK0", "ACK1")
+#: Images the machine takes ahead of the line (room()); all go in the next transmission.
+QUEUE_LIMIT = 32
+#: A receiver with messages of its own answers RVI once it has taken this many blocks in
+#: one transmission, so two busy hosts take turns without a bid per message.
+RVI_AFTER = 8
+#: How the trace names a received sequence (a text block is named by its ending).
+TRACE_KIND = {"ID_ENQ": "ID", "ID_ACK0": "ID", "ID_NAK": "ID", "ABORT": "ETX"}
+
+#: Beyond the common ones: bids, collisions (ENQ met ENQ), enqs (asking for a reply again),
+#: wacks / rvis / ttds (sent), bad_sequences, oversized (blocks), bad_messages (wrong LENGTH),
+#: bad_ids (a wrong ID met once, taken for noise).
+COUNTERS = ("frames_tx", "frames_rx", "bytes_tx", "bytes_rx", "retransmissions", "naks", "timeouts",
+            "crc_errors", "garbage", "duplicates", "signons", "bids", "collisions", "enqs",
+            "wacks", "rvis", "ttds", "bad_sequences", "oversized", "bad_messages", "bad_ids")
+
+
+class BscLine:
+    """One end of a BSC line. Time is always passed in; nothing here blocks or reads a clock."""
+
+    def __init__(self, local: str, peer: str, *, role: str = "primary", code: str = "ebcdic",
+                 block_size: int = 256, baud: int = 9600, max_message: int = 128,
+                 reply_timeout: float = 3.0, retry_limit: int = 7, disconnect_timeout: float = 20.0,
+                 ttd_timeout: float = 2.0):
+        if role not in ("primary", "secondary"):
+            raise ValueError(f"BSC role must be 'primary' or 'secondary', not {role!r}")
+        if code not in CODE_SETS:
+            raise ValueError(f"BSC code must be one of {sorted(CODE_SETS)}, not {code!r}")
+        if block_size < 1 or baud <= 0 or reply_timeout <= 0 or retry_limit < 0:
+            raise ValueError("BSC block_size, baud and reply_timeout must be positive, retry_limit >= 0")
+        self.local, self.peer = check_host_id(local), check_host_id(peer)
+        self.primary = role == "primary"
+        self.cs = cs = CODE_SETS[code]
+        self.block_size, self.baud, self.retry_limit = block_size, baud, retry_limit
+        self.max_image = HEADER_SIZE + max_message
+        # The primary waits less, so after a collision it bids again first (DESIGN.md 4.2).
+        self.reply_timeout = reply_timeout * (0.9 if self.primary else 1.0)
+        self.pause = reply_timeout / 3          # before bidding again after WACK/NAK, or ENQ after WACK
+        self.gap_timeout = reply_timeout / 2    # silence inside a block: the block is lost
+        self.disconnect_timeout, self.ttd_timeout = disconnect_timeout, ttd_timeout
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self._seq = {k: cs.sequence(k) for k in cs.bodies}
+        my_id = cs.encode_id(self.local)
+        self._seq["ID_ENQ"] = cs.sequence("ENQ", my_id)
+        self._seq["ID_ACK0"] = cs.sequence("ACK0", my_id)
+        self._seq["ID_NAK"] = cs.sequence("NAK", my_id)
+        self._reader = BscReader(cs, max(block_size, self.max_image), self.counters)
+        self._out = bytearray()
+        self._events: list = []
+        self._now = self._last_rx = 0.0
+        self._state = DOWN
+        self._busy = False
+        self._queue: deque[bytes] = deque()  # every image held, the one in flight first
+        self._unconfirmed = False            # a MessageReceived waits for confirm()
+        self._last_etx: bytes | None = None  # text of the last message block taken (duplicates)
+        self._suspect: str | None = None     # a wrong ID met once (see _wrong_id)
+        self._reset_sender()
+        self._reset_receiver()
+
+    # --- the interface of DESIGN.md 4.0 ---------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def start(self, now: float) -> None:
+        """Sign on: send ID ENQ (a no-op unless DOWN)."""
+        self._now = now
+        if self._state == DOWN:
+            self._state, self._retries = SIGNON, 0
+            self._send_id_enq(now)
+
+    def stop(self, now: float) -> None:
+        """Sign off with DLE EOT; every image held is handed back in LineDown."""
+        self._now = now
+        if self._state != DOWN:
+            self._tx("DISC")
+            self._down("stopped")
+
+    def send(self, image: bytes) -> None:
+        """Queue one image; it goes in the next transmission (see next_deadline())."""
+        if len(image) > self.max_image:
+            raise ValueError(f"image of {len(image)} bytes is over this line's {self.max_image}")
+        self._queue.append(bytes(image))
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        self._now = now
+        if not data:
+            return
+        self.counters["bytes_rx"] += len(data)
+        self._check_gap(now)
+        self._last_rx = now
+        for s in self._reader.feed(data):
+            self._on_seq(s, now)
+        self._kick(now)
+
+    def data_to_send(self) -> bytes:
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    def events(self) -> list:
+        ev, self._events = self._events, []
+        return ev
+
+    def next_deadline(self) -> float | None:
+        """The earliest timer; the current time when queued work waits to go out."""
+        times = [] if self._deadline is None else [self._deadline]
+        if self._state == RECV:
+            times.append(self._last_rx + self.disconnect_timeout)
+        if self._reader.mid_frame:
+            times.append(self._last_rx + self.gap_timeout)
+        if self._queue:
+            if self._state == CONTROL:
+                times.append(max(self._holdoff, self._now))
+            elif self._state == XMIT and self._phase == "hold":
+                times.append(self._now)
+        return min(times) if times else None
+
+    def handle_timeout(self, now: float) -> None:
+        self._now = now
+        self._check_gap(now)
+        if self._state == RECV and now >= self._last_rx + self.disconnect_timeout:
+            self._timeout("disconnect: no byte in receive state")
+            self._end_receive()
+        if self._deadline is not None and now >= self._deadline:
+            self._deadline = None
+            self._on_timer(now)
+        self._kick(now)
+
+    def confirm(self) -> None:
+        """The message reported is durable: its block may be answered now."""
+        if self._unconfirmed:
+            self._unconfirmed = False
+            if self._reply_waits:
+                self._reply_waits = False
+                self._answer_block(final=True)
+
+    def set_busy(self, flag: bool) -> None:
+        """No room: answer WACK to blocks and bids until cleared."""
+        self._busy = bool(flag)
+
+    def room(self) -> int:
+        return max(0, QUEUE_LIMIT - len(self._queue)) if self._state in UP_STATES else 0
+
+    # --- output and events ----------------------------------------------------------------
+    def _tx(self, kind: str, frame: bytes | None = None, *, trace: str | None = None,
+            image: bytes | None = None, retransmit: bool = False) -> None:
+        frame = frame or self._seq[kind]
+        self._out += frame
+        c = self.counters
+        c["frames_tx"] += 1
+        c["bytes_tx"] += len(frame)
+        origin, msg_id = key_of(image) if image is not None else (None, None)
+        self._events.append(FrameTraced("tx", trace or TRACE_KIND.get(kind, kind), len(frame),
+                                        True, None, origin, msg_id, retransmit))
+
+    def _trace_rx(self, s: Seq) -> None:
+        self.counters["frames_rx"] += 1
+        origin = msg_id = None
+        if s.ok and s.kind in ("ETB", "ETX"):
+            head = self._assembly if self._assembly else s.data
+            if len(head) >= 14:
+                origin, msg_id = key_of(head)
+        self._events.append(FrameTraced("rx", TRACE_KIND.get(s.kind, s.kind), s.nbytes, s.ok,
+                                        None, origin, msg_id, False))
+
+    def _timeout(self, detail: str) -> None:
+        self.counters["timeouts"] += 1
+        self._events.append(LineEvent("timeout", detail))
+
+    def _retry(self, detail: str) -> bool:
+        """Count a retry; past the limit the line goes DOWN (False)."""
+        self._retries += 1
+        if self._retries > self.retry_limit:
+            self._tx("DISC")
+            self._down(f"retry limit: {detail}")
+            return False
+        self._events.append(LineEvent("retry", detail))
+        return True
+
+    def _tx_time(self, nbytes: int) -> float:
+        return nbytes * 10 / self.baud
+
+    def _expect_reply(self, now: float, sent: int) -> None:
+        self._deadline = now + self._tx_time(sent + 8) + self.reply_timeout
+
+    # --- line state -----------------------------------------------------------------------
+    def _reset_sender(self) -> None:
+        self._phase: str | None = None  # BID: bid/pause; XMIT: reply/enq/wack/wackenq/hold/ttd
+        self._deadline: float | None = None
+        self._retries = 0
+        self._frames: list[bytes] | None = None  # blocks of the head image while it is sent
+        self._block = 0          # which of them is in flight
+        self._sent_max = -1      # the highest block of the head image sent so far
+        self._parity = 1         # ACK1 or ACK0 expected for the block in flight
+        self._sent = 0           # blocks sent in this transmission
+        self._rvi = False        # the peer asked for the line: EOT after this message
+        self._holdoff = 0.0      # after RVI, leave the next bid to the peer until then
+
+    def _reset_receiver(self) -> None:
+        self._due = 1            # the ACK the next good block earns
+        self._last_reply = "ACK0"
+        self._assembly = bytearray()   # ETB blocks of the message coming in
+        self._reply_waits = False      # the last block's answer waits for confirm()
+        self._wack_ack: str | None = None  # after WACK: the ACK to give when no longer busy
+        self._rx_blocks = 0
+        self._rvi_sent = False
+        self._etx_answered = False     # the last reply given answered _last_etx
+
+    def _up(self) -> None:
+        self._reset_sender()
+        self._last_etx = None
+        self.counters["signons"] += 1
+        self._events.append(LineUp(self.peer))
+
+    def _down(self, reason: str) -> None:
+        self._events.append(LineDown(reason, list(self._queue)))
+        self._queue.clear()
+        self._state = DOWN
+        self._reset_sender()
+        self._reset_receiver()
+
+    def _kick(self, now: float) -> None:
+        """Start the work queued images make: a bid, or the next block after a hold."""
+        if self._queue:
+            if self._state == CONTROL and now >= self._holdoff:
+                self._bid(now)
+            elif self._state == XMIT and self._phase == "hold":
+                self._next(now)
+
+    def _check_gap(self, now: float) -> None:
+        if self._reader.mid_frame and now >= self._last_rx + self.gap_timeout:
+            for s in self._reader.abort():
+                self._on_seq(s, now)
+
+    # --- received sequences ---------------------------------------------------------------
+    def _on_seq(self, s: Seq, now: float) -> None:
+        self._trace_rx(s)
+        kind, st = s.kind, self._state
+        if kind == "DISC":
+            if st not in (DOWN, SIGNON):
+                refused = st == RECV and self._last_reply == "ID_ACK0"
+                self._down("refused" if refused else "peer signed off")
+        elif kind.startswith("ID_"):
+            self._on_id(s, now)
+        elif st == XMIT:
+            self._on_reply(kind, now)
+        elif st == RECV:
+            self._on_receiving(s)
+        elif st == BID:
+            self._on_bid_reply(kind, now)
+        elif kind == "ENQ":
+            if st == CONTROL:
+                if self._busy:
+                    self.counters["wacks"] += 1
+                    self._tx("WACK")
+                else:
+                    self._enter_receive("ACK0")
+            else:
+                self._tx("NAK")  # DOWN or SIGNON: not signed on, identify first
+
+    def _refuse(self, who: str) -> bool:
+        """True if `who`, not our peer, is to be refused now: only when the same wrong ID comes
+        twice running, since IDs carry no BCC and one bit error must not read as a stranger."""
+        if who != self._suspect:
+            self._suspect = who
+            self.counters["bad_ids"] += 1
+            return False
+        self._suspect = None
+        self._events.append(PeerRefused(who))
+        return True
+
+    def _on_id(self, s: Seq, now: float) -> None:
+        st = self._state
+        if s.kind == "ID_NAK":  # the peer does not know us, whatever ID it gives
+            if st == SIGNON:
+                self._down("refused")
+            return
+        who = self.cs.decode_id(s.data)
+        if who != self.peer:
+            if self._refuse(who):
+                if s.kind == "ID_ENQ":
+                    self._tx("ID_NAK")
+                elif st == SIGNON:
+                    self._tx("DISC")
+                    self._down("wrong peer")
+            return
+        self._suspect = None
+        if s.kind == "ID_ACK0":
+            if st == SIGNON:
+                self._up()
+                self._begin_transmission(now)
+            elif st == BID:
+                self._begin_transmission(now)  # the ID ACK0 repeated for our bid
+        elif st == SIGNON and self.primary:
+            self.counters["collisions"] += 1  # both signing on: ours wins
+        elif st == RECV and self._last_reply == "ID_ACK0":
+            self._tx("ID_ACK0")  # our ID ACK0 was lost: repeat it
+        else:
+            if st in UP_STATES:
+                self._down("peer restarted")
+            self._up()
+            self._enter_receive("ID_ACK0")
+
+    def _enter_receive(self, reply: str) -> None:
+        self._state = RECV
+        self._reset_receiver()
+        self._reply(reply)
+
+    def _end_receive(self) -> None:
+        self._state = CONTROL
+        self._reset_receiver()
+
+    def _reply(self, kind: str) -> None:
+        self._tx(kind)
+        self._last_reply = kind
+        self._etx_answered = False
+
+    def _on_receiving(self, s: Seq) -> None:
+        kind = s.kind
+        if kind == "ENQ":
+            self._repeat_reply()
+        elif kind in ("ETB", "ETX"):
+            if self._reply_waits:
+                return  # the sender must wait for our answer; it comes with confirm()
+            if s.ok:
+                self._on_block(s)
+            else:
+                self._reply("NAK")
+        elif kind == "TTD":
+            self._tx("NAK")
+        elif kind == "EOT":
+            self._end_receive()
+
+    def _repeat_reply(self) -> None:
+        """Answer ENQ: the last reply again (nothing while an answer waits for confirm())."""
+        if self._reply_waits:
+            return
+        if self._wack_ack:
+            if self._busy:
+                self.counters["wacks"] += 1
+                self._tx("WACK")
+            else:
+                self._reply(self._wack_ack)
+                self._wack_ack = None
+        else:
+            self._tx(self._last_reply)
+
+    def _on_block(self, s: Seq) -> None:
+        text = s.data
+        if s.kind == "ETX" and not self._assembly and text == self._last_etx:
+            self.counters["duplicates"] += 1  # the sender missed our answer: answer, don't report
+            if self._etx_answered:
+                self._repeat_reply()
+            elif self._unconfirmed:
+                self._reply_waits = True
+            else:
+                self._answer_block(final=True)
+            return
+        self._wack_ack = None
+        self._rx_blocks += 1
+        if len(self._assembly) + len(text) > self.max_image:
+            self.counters["bad_messages"] += 1
+            self._assembly.clear()
+            self._reply("NAK")
+        elif s.kind == "ETB":
+            self._assembly += text
+            self._answer_block(final=False)
+        else:
+            image = bytes(self._assembly) + text if self._assembly else text
+            self._assembly.clear()
+            if len(image) < HEADER_SIZE or int.from_bytes(image[16:18], "big") != len(image) - HEADER_SIZE:
+                self.counters["bad_messages"] += 1  # blocks lost or doubled: have it sent again
+                self._reply("NAK")
+                return
+            self._last_etx = text
+            self._unconfirmed = self._reply_waits = True
+            self._events.append(MessageReceived(image))
+
+    def _answer_block(self, final: bool) -> None:
+        ack = ACK[self._due]
+        self._due ^= 1
+        if final and self._busy:
+            self.counters["wacks"] += 1
+            self._reply("WACK")
+            self._wack_ack = ack
+        elif final and self._queue and not self._rvi_sent and self._rx_blocks >= RVI_AFTER:
+            self.counters["rvis"] += 1
+            self._rvi_sent = True
+            self._reply("RVI")
+        else:
+            self._reply(ack)
+        self._etx_answered = final
+
+    # --- bidding --------------------------------------------------------------------------
+    def _send_id_enq(self, now: float) -> None:
+        self._tx("ID_ENQ")
+        self._expect_reply(now, len(self._seq["ID_ENQ"]))
+
+    def _bid(self, now: float) -> None:
+        self.counters["bids"] += 1
+        self._state, self._phase = BID, "bid"
+        self._tx("ENQ")
+        self._expect_reply(now, len(self._seq["ENQ"]))
+
+    def _on_bid_reply(self, kind: str, now: float) -> None:
+        if self._phase != "bid":
+            return
+        if kind == "ACK0":
+            self._begin_transmission(now)
+        elif kind == "ENQ":
+            self.counters["collisions"] += 1
+            if not self.primary:  # the secondary yields and answers the primary's bid
+                self._reset_sender()
+                self._enter_receive("ACK0")
+        elif kind in ("WACK", "NAK"):
+            if kind == "NAK" and not self._retry("bid answered NAK"):
+                return
+            self._phase, self._deadline = "pause", now + self.pause
+        elif kind in ("ACK1", "RVI"):
+            # The peer still answers blocks: it missed our EOT. Send it again and bid anew.
+            if self._retry(f"bid answered {kind}: peer still receiving"):
+                self._tx("EOT")
+                self._bid(now)
+
+    # --- transmitting ---------------------------------------------------------------------
+    def _begin_transmission(self, now: float) -> None:
+        self._state, self._phase = XMIT, None
+        self._parity, self._sent, self._retries, self._rvi = 1, 0, 0, False
+        self._deadline = None
+        self._next(now)
+
+    def _next(self, now: float) -> None:
+        """Send the next block, or hold the line for more, or end the transmission."""
+        if self._frames is None:
+            if self._rvi:
+                self._finish(now, holdoff=True)
+                return
+            if not self._queue:
+                if self._sent:  # more may be handed over any moment: hold the line for it
+                    self._phase, self._deadline = "hold", now + self.ttd_timeout
+                else:
+                    self._finish(now)
+                return
+            self._frames, self._block = self.cs.blocks(self._queue[0], self.block_size), 0
+        self._send_block(now)
+
+    def _send_block(self, now: float) -> None:
+        frame = self._frames[self._block]
+        again = self._block <= self._sent_max
+        if again:
+            self.counters["retransmissions"] += 1
+        self._sent_max = max(self._sent_max, self._block)
+        last = self._block == len(self._frames) - 1
+        self._tx("", frame, trace="ETX" if last else "ETB", image=self._queue[0], retransmit=again)
+        self._sent += 1
+        self._phase = "reply"
+        self._expect_reply(now, len(frame))
+
+    def _finish(self, now: float, holdoff: bool = False) -> None:
+        self._tx("EOT")
+        self._state, self._phase, self._deadline = CONTROL, None, None
+        self._holdoff = now + self.reply_timeout if holdoff else 0.0
+
+    def _enq(self, now: float) -> None:
+        self.counters["enqs"] += 1
+        self._tx("ENQ")
+        self._expect_reply(now, len(self._seq["ENQ"]))
+
+    def _acked(self, now: float, wack: bool = False) -> None:
+        self._retries = 0
+        self._parity ^= 1
+        self._block += 1
+        if self._block == len(self._frames):
+            self._frames, self._sent_max = None, -1
+            self._events.append(MessageAcked(self._queue.popleft()))
+        if wack:
+            self._phase, self._deadline = "wack", now + self.pause
+        else:
+            self._next(now)
+
+    def _on_reply(self, kind: str, now: float) -> None:
+        phase = self._phase
+        if phase in ("reply", "enq"):
+            if kind == ACK[self._parity]:
+                self._acked(now)
+            elif kind == "RVI":
+                self._rvi = True
+                self._acked(now)
+            elif kind == "WACK":
+                self._acked(now, wack=True)
+            elif kind == "NAK":
+                self.counters["naks"] += 1
+                if self._retry("block answered NAK"):
+                    self._send_block(now)
+            elif kind in ACK:  # the previous block's ACK: ask again, and if it stays, resend
+                if phase == "reply":
+                    if self._retry("wrong ACK"):
+                        self._phase = "enq"
+                        self._enq(now)
+                elif self._retry("block lost"):
+                    self._send_block(now)
+            elif kind == "EOT":  # the receiver ended the transmission: the message goes again whole
+                self._state, self._phase, self._deadline = CONTROL, None, None
+                self._frames = None
+        elif phase in ("wack", "wackenq"):
+            if kind == ACK[self._parity ^ 1]:
+                self._retries = 0
+                self._next(now)
+            elif kind == "WACK":
+                self._phase, self._deadline = "wack", now + self.pause
+        elif phase == "ttd" and kind == "NAK":
+            self._retries = 0
+            if self._queue:
+                self._next(now)
+            else:
+                self._finish(now)
+
+    def _on_timer(self, now: float) -> None:
+        st, phase = self._state, self._phase
+        if st == SIGNON:
+            self._timeout("no answer to ID ENQ")
+            self._retries += 1
+            if self._retries > self.retry_limit:
+                self._down("no answer")
+            else:
+                self._events.append(LineEvent("retry", "ID ENQ again"))
+                self._send_id_enq(now)
+        elif st == BID:
+            if phase != "pause":
+                self._timeout("no answer to bid")
+                if not self._retry("bid again"):
+                    return
+            self._bid(now)
+        elif st != XMIT:
+            return
+        elif phase == "hold" and self._queue:
+            self._next(now)
+        elif phase == "hold":
+            self.counters["ttds"] += 1
+            self._phase = "ttd"
+            self._tx("TTD")
+            self._expect_reply(now, len(self._seq["TTD"]))
+        elif phase == "ttd":
+            self._timeout("no answer to TTD")
+            self._finish(now)
+        elif phase == "wack":
+            self._phase = "wackenq"
+            self._enq(now)
+        else:  # reply, enq, wackenq: ask for the answer again
+            self._timeout(f"no answer ({phase})")
+            if self._retry("ENQ for the reply"):
+                if phase == "reply":
+                    self._phase = "enq"
+                self._enq(now)

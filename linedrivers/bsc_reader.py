@@ -1,0 +1,183 @@
+"""Cuts the received BSC byte stream into control sequences and text blocks.
+
+The reader hunts for `SYN SYN`, reads what follows, and after anything it cannot read (a
+control character where none belongs, a broken DLE sequence, an ID that runs on, a block over
+the maximum) drops the bytes, counts them and hunts again: it never raises. Work is done with
+`bytes.find` and slices; only SYN runs and the few bytes of an ID are stepped through.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .bsc_codes import MAX_ID, PAD, CodeSet
+from .crc import crc16
+
+
+class Seq(NamedTuple):
+    """One received sequence. kind: ENQ EOT NAK ACK0 ACK1 WACK RVI TTD DISC ID_ENQ ID_ACK0
+    ID_NAK ETB ETX, or ABORT for a text block that broke off before its ending."""
+    kind: str
+    nbytes: int          # bytes on the wire, from the first SYN to the pad
+    ok: bool = True      # False: bad BCC, or an aborted block
+    data: bytes = b""    # a block's text (DLE DLE undone, DLE SYN dropped), or the ID
+
+
+class BscReader:
+    """Stateful deframer; `counters` (the machine's dict) gets garbage, crc_errors,
+    bad_sequences and oversized."""
+
+    def __init__(self, cs: CodeSet, max_text: int, counters: dict):
+        self.cs, self.max_text, self.counters = cs, max_text, counters
+        self._buf = bytearray()
+        self._text: bytearray | None = None  # inside a transparent block: its text so far
+        self._nbytes = 0                      # wire bytes of that block so far
+        self._synsyn = bytes([cs.syn, cs.syn])
+        self._dle = bytes([cs.dle])
+        self._singles = {cs.enq: "ENQ", cs.eot: "EOT", cs.nak: "NAK"}
+        self._after_dle = {cs.ack0: "ACK0", cs.ack1: "ACK1", cs.wack: "WACK", cs.rvi: "RVI", cs.eot: "DISC"}
+        self._id_end = {cs.enq: "ID_ENQ", cs.nak: "ID_NAK"}
+        self._endings = {cs.etx: ("ETX", bytes([cs.etx])), cs.etb: ("ETB", bytes([cs.etb]))}
+
+    @property
+    def mid_frame(self) -> bool:
+        """Part of a sequence or block is held, waiting for the rest."""
+        return self._text is not None or bool(self._buf)
+
+    def feed(self, data: bytes) -> list[Seq]:
+        """Take received bytes; return the sequences they complete, oldest first."""
+        buf = self._buf
+        buf += data
+        out: list[Seq] = []
+        pos, more = 0, True
+        while more and pos < len(buf):
+            if self._text is not None:
+                pos, more = self._in_text(pos, out)
+            else:
+                pos, more = self._hunt(pos, out)
+        del buf[:pos]
+        return out
+
+    def abort(self) -> list[Seq]:
+        """Give up on a partial sequence (the line went quiet in the middle of it)."""
+        out: list[Seq] = []
+        if self._text is not None:
+            self._abort_block(len(self._buf), out)
+        else:
+            self._drop(0, len(self._buf))
+        self._buf.clear()
+        return out
+
+    # --- hunting and control sequences ----------------------------------------------------
+    def _drop(self, start: int, end: int) -> None:
+        """Bytes skipped while hunting; idle SYNs and pads are not garbage."""
+        if end > start:
+            seg = self._buf[start:end]
+            self.counters["garbage"] += len(seg) - seg.count(self.cs.syn) - seg.count(PAD)
+
+    def _bad(self, start: int, resume: int) -> tuple[int, bool]:
+        self.counters["bad_sequences"] += 1
+        self.counters["garbage"] += resume - start
+        return resume, True
+
+    def _emit(self, out: list, kind: str, start: int, end: int, ok: bool = True, data: bytes = b"") -> tuple[int, bool]:
+        buf = self._buf
+        if end < len(buf) and buf[end] == PAD:
+            end += 1
+        out.append(Seq(kind, end - start, ok, data))
+        return end, True
+
+    def _hunt(self, pos: int, out: list) -> tuple[int, bool]:
+        buf, syn = self._buf, self.cs.syn
+        i = buf.find(self._synsyn, pos)
+        if i < 0:
+            keep = len(buf) - (1 if buf[-1] == syn else 0)  # a last SYN may begin the next pair
+            self._drop(pos, keep)
+            return keep, False
+        self._drop(pos, i)
+        j, n = i + 2, len(buf)
+        while j < n and buf[j] == syn:
+            j += 1
+        if j == n:
+            return i, False
+        return self._control(i, j, out)
+
+    def _control(self, i: int, j: int, out: list) -> tuple[int, bool]:
+        """Read the sequence that starts at `j`, after the SYNs that start at `i`."""
+        cs, buf, n = self.cs, self._buf, len(self._buf)
+        c = buf[j]
+        kind = self._singles.get(c)
+        if kind:
+            return self._emit(out, kind, i, j + 1)
+        if c == cs.dle or c == cs.stx:
+            if j + 1 == n:
+                return i, False
+            c2 = buf[j + 1]
+            if c == cs.dle:
+                kind = self._after_dle.get(c2)
+                if kind:
+                    return self._emit(out, kind, i, j + 2)
+                if c2 == cs.stx:
+                    self._text, self._nbytes = bytearray(), j + 2 - i
+                    return j + 2, True
+            elif c2 == cs.enq:
+                return self._emit(out, "TTD", i, j + 2)
+            return self._bad(i, j + 1)
+        if c <= cs.ctl_max:
+            return self._bad(i, j + 1)
+        k = j  # an ID: graphic characters up to ENQ, NAK or DLE ACK0
+        while k < n and k - j <= MAX_ID and buf[k] > cs.ctl_max:
+            k += 1
+        if k - j > MAX_ID:
+            return self._bad(i, j + 1)
+        if k == n:
+            return i, False
+        t = buf[k]
+        if t in self._id_end:
+            return self._emit(out, self._id_end[t], i, k + 1, data=bytes(buf[j:k]))
+        if t == cs.dle:
+            if k + 1 == n:
+                return i, False
+            if buf[k + 1] == cs.ack0:
+                return self._emit(out, "ID_ACK0", i, k + 2, data=bytes(buf[j:k]))
+        return self._bad(i, j + 1)
+
+    # --- transparent text -----------------------------------------------------------------
+    def _abort_block(self, resume_garbage: int, out: list) -> None:
+        self.counters["garbage"] += self._nbytes + resume_garbage
+        out.append(Seq("ABORT", self._nbytes + resume_garbage, False))
+        self._text = None
+
+    def _in_text(self, pos: int, out: list) -> tuple[int, bool]:
+        cs, buf, text = self.cs, self._buf, self._text
+        n = len(buf)
+        while True:
+            k = buf.find(self._dle, pos)
+            end = n if k < 0 else k
+            text += buf[pos:end]
+            self._nbytes += end - pos
+            if len(text) > self.max_text:
+                self.counters["oversized"] += 1
+                self._abort_block(0, out)
+                return end, True
+            if k < 0 or k + 1 == n:
+                return end, False
+            c2 = buf[k + 1]
+            if c2 == cs.dle or c2 == cs.syn:  # DLE DLE is one data DLE; DLE SYN is idle fill
+                if c2 == cs.dle:
+                    text.append(c2)
+                self._nbytes += 2
+                pos = k + 2
+                continue
+            ending = self._endings.get(c2)
+            if ending is None:
+                self.counters["bad_sequences"] += 1
+                self._abort_block(1, out)
+                return k + 1, True
+            if k + 4 > n:
+                return k, False
+            ok = crc16(ending[1], crc16(text)) == buf[k + 2] | buf[k + 3] << 8
+            if not ok:
+                self.counters["crc_errors"] += 1
+            start = k - self._nbytes
+            self._text = None
+            return self._emit(out, ending[0], start, k + 4, ok, bytes(text))
