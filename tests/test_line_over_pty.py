@@ -2,7 +2,6 @@
 Link, Station): 200 messages each way at once at 115200 baud, bit errors at 1e-4, and the
 cable pulled in the middle. Station does what the daemon will: sign on again after DOWN,
 re-queue unacked, drop duplicates across sign-ons by (origin, MSG_ID)."""
-import importlib.util
 import time
 
 import pytest
@@ -31,8 +30,7 @@ def finished(station):
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("fault", ["disconnect", "hangup"])
-@pytest.mark.parametrize("protocol", ["async", pytest.param("bsc", marks=pytest.mark.skipif(
-    not importlib.util.find_spec("linedrivers.bsc_line"), reason="BscLine not landed yet"))])
+@pytest.mark.parametrize("protocol", ["async", "bsc"])
 def test_messages_each_way_arrive_once_in_order_across_errors_and_a_fault(tmp_path, protocol, fault):
     ends = str(tmp_path / "AA.BB"), str(tmp_path / "BB.AA")
     to_bb, to_aa = make_images("AA", "BB", N, seed=1), make_images("BB", "AA", N, seed=2)
