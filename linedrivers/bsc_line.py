@@ -213,6 +213,7 @@ class BscLine:
     # --- line state -----------------------------------------------------------------------
     def _reset_sender(self) -> None:
         self._phase: str | None = None  # BID: bid/pause; XMIT: reply/enq/wack/wackenq/hold/ttd
+        self._heard: str | None = None  # phase enq: the positive answer heard once
         self._deadline: float | None = None
         self._retries = 0
         self._frames: list[bytes] | None = None  # blocks of the head image while it is sent
@@ -269,6 +270,13 @@ class BscLine:
                 self._down("refused" if refused else "peer signed off")
         elif kind.startswith("ID_"):
             self._on_id(s, now)
+        elif st == XMIT and kind == "ENQ":
+            # The peer bids: it has left receive state (it took a garbled ENQ for EOT), so
+            # nothing it answers now is about our block. Give up this transmission unacknowledged
+            # (the message goes again whole) and answer the bid as an idle station would.
+            self.counters["collisions"] += 1
+            self._end_transmission()
+            self._answer_bid()
         elif st == XMIT:
             self._on_reply(kind, now)
         elif st == RECV:
@@ -277,13 +285,16 @@ class BscLine:
             self._on_bid_reply(kind, now)
         elif kind == "ENQ":
             if st == CONTROL:
-                if self._busy:
-                    self.counters["wacks"] += 1
-                    self._tx("WACK")
-                else:
-                    self._enter_receive("ACK0")
+                self._answer_bid()
             else:
                 self._tx("NAK")  # DOWN or SIGNON: not signed on, identify first
+
+    def _answer_bid(self) -> None:
+        if self._busy:
+            self.counters["wacks"] += 1
+            self._tx("WACK")
+        else:
+            self._enter_receive("ACK0")
 
     def _refuse(self, who: str) -> bool:
         """True if `who`, not our peer, is to be refused now: only when the same wrong ID comes
@@ -480,7 +491,7 @@ class BscLine:
         last = self._block == len(self._frames) - 1
         self._tx("", frame, trace="ETX" if last else "ETB", image=self._queue[0], retransmit=again)
         self._sent += 1
-        self._phase = "reply"
+        self._phase, self._heard = "reply", None
         self._expect_reply(now, len(frame))
 
     def _finish(self, now: float, holdoff: bool = False) -> None:
@@ -505,8 +516,19 @@ class BscLine:
         else:
             self._next(now)
 
+    def _end_transmission(self) -> None:
+        self._state, self._phase, self._deadline = CONTROL, None, None
+        self._frames = None
+
     def _on_reply(self, kind: str, now: float) -> None:
         phase = self._phase
+        if phase == "enq" and kind in (ACK[self._parity], "RVI", "WACK") and kind != self._heard:
+            # A positive answer to ENQ is taken only when heard twice running: one bit turns
+            # the ASCII ACK0 into ACK1, and the previous ACK read as this one would lose the block.
+            if self._heard is None or self._retry("answers to ENQ differ"):
+                self._heard = kind
+                self._enq(now)
+            return
         if phase in ("reply", "enq"):
             if kind == ACK[self._parity]:
                 self._acked(now)
@@ -527,8 +549,7 @@ class BscLine:
                 elif self._retry("block lost"):
                     self._send_block(now)
             elif kind == "EOT":  # the receiver ended the transmission: the message goes again whole
-                self._state, self._phase, self._deadline = CONTROL, None, None
-                self._frames = None
+                self._end_transmission()
         elif phase in ("wack", "wackenq"):
             if kind == ACK[self._parity ^ 1]:
                 self._retries = 0

@@ -152,8 +152,8 @@ def test_lost_ack_enq_gets_it_repeated_and_nothing_goes_twice():
     d.faults["b"].append(drop(SEQ["ACK1"]))
     d.m["a"].send(img("AA", 1))
     d.run(10)
-    assert d.tx("a") == ["ENQ", "ETX", "ENQ", "TTD", "EOT"]
-    assert d.tx("b") == ["ACK0", "ACK1", "ACK1", "NAK"]
+    assert d.tx("a") == ["ENQ", "ETX", "ENQ", "ENQ", "TTD", "EOT"]  # believed when heard twice
+    assert d.tx("b") == ["ACK0", "ACK1", "ACK1", "ACK1", "NAK"]
     assert len(d.of("b", MessageReceived)) == 1 and len(d.of("a", MessageAcked)) == 1
 
 
@@ -162,8 +162,53 @@ def test_garbled_ack_is_hunted_past_and_asked_for_again():
     d.faults["b"].append(flip(SEQ["ACK1"], offset=2))  # DLE becomes another control character
     d.m["a"].send(img("AA", 1))
     d.run(10)
-    assert d.tx("a") == ["ENQ", "ETX", "ENQ", "TTD", "EOT"]
+    assert d.tx("a") == ["ENQ", "ETX", "ENQ", "ENQ", "TTD", "EOT"]
     assert d.m["a"].counters["bad_sequences"] == 1
+
+
+def ascii_duo():
+    return Duo(BscLine("AA", "BB", code="ascii"), BscLine("BB", "AA", role="secondary", code="ascii"))
+
+
+def test_previous_ack_garbled_into_the_expected_one_is_not_believed():
+    """ASCII ACK0 and ACK1 differ in one bit: after a lost block, the ACK0 that says 'lost'
+    can arrive as ACK1. Asking again shows it, and the block goes again."""
+    from linedrivers.bsc_codes import ASCII
+    d = ascii_duo().signed_on()
+    ack0, ack1 = ASCII.sequence("ACK0"), ASCII.sequence("ACK1")
+    d.faults["a"].append(drop(b"\x10\x02"))
+    acks = []
+
+    def second_ack0_garbled(x):  # the first ACK0 answers the bid, the second the ENQ
+        acks.extend([x] if x == ack0 else [])
+        return ack1 if x == ack0 and len(acks) == 2 else x
+    d.faults["b"].append(second_ack0_garbled)
+    d.m["a"].send(img("AA", 1))
+    d.run(10)
+    assert len(d.of("b", MessageReceived)) == 1
+    assert d.tx("a")[:5] == ["ENQ", "ETX", "ENQ", "ENQ", "ETX"]
+
+
+def test_enq_garbled_into_eot_does_not_lose_the_block():
+    """ASCII ENQ and EOT differ in one bit. The receiver that takes the sender's ENQ for EOT
+    leaves receive state and bids; the sender must not take its bid answer for an ACK."""
+    from linedrivers.bsc_codes import ASCII
+    d = ascii_duo().signed_on()
+    blocks = []
+
+    def second_block_lost(x):  # it waits for ACK0, which is also what a bid is answered
+        blocks.extend([x] if b"\x10\x02" in x else [])
+        return None if len(blocks) == 2 and b"\x10\x02" in x else x
+    d.faults["a"].append(second_block_lost)
+    enq, eot = ASCII.sequence("ENQ"), ASCII.sequence("EOT")
+    d.faults["a"].append(lambda x: eot if x == enq and len(blocks) == 2 else x)  # asks, garbled
+    d.m["b"].send(img("BB", 1))  # b has something to send once it thinks the line is free
+    d.m["a"].send(img("AA", 1))
+    d.m["a"].send(img("AA", 2))
+    d.m["a"].handle_timeout(d.now)
+    d.run(30)
+    assert [e.image for e in d.of("b", MessageReceived)] == [img("AA", 1), img("AA", 2)]
+    assert [e.image for e in d.of("a", MessageReceived)] == [img("BB", 1)]
 
 
 def test_bad_bcc_is_naked_and_the_block_sent_again():
