@@ -232,7 +232,7 @@ class BscLine:
         self._wack_ack: str | None = None  # after WACK: the ACK to give when no longer busy
         self._rx_blocks = 0
         self._rvi_sent = False
-        self._etx_answered = False     # the last reply given answered _last_etx
+        self._etx_reply: str | None = None  # the answer _last_etx earned in this transmission
 
     def _up(self) -> None:
         self._reset_sender()
@@ -351,7 +351,6 @@ class BscLine:
     def _reply(self, kind: str) -> None:
         self._tx(kind)
         self._last_reply = kind
-        self._etx_answered = False
 
     def _on_receiving(self, s: Seq) -> None:
         kind = s.kind
@@ -387,8 +386,10 @@ class BscLine:
         text = s.data
         if s.kind == "ETX" and not self._assembly and text == self._last_etx:
             self.counters["duplicates"] += 1  # the sender missed our answer: answer, don't report
-            if self._etx_answered:
-                self._repeat_reply()
+            if self._etx_reply:
+                # The answer it earned, whatever was said since: if the sender has moved on,
+                # this stray is the wrong ACK for its next block, never the right one.
+                self._tx(self._etx_reply)
             elif self._unconfirmed:
                 self._reply_waits = True
             else:
@@ -427,7 +428,8 @@ class BscLine:
             self._reply("RVI")
         else:
             self._reply(ack)
-        self._etx_answered = final
+        if final:
+            self._etx_reply = "RVI" if self._last_reply == "RVI" else ack
 
     # --- bidding --------------------------------------------------------------------------
     def _send_id_enq(self, now: float) -> None:
