@@ -59,15 +59,21 @@ class CodeSet:
 
     def blocks(self, image: bytes, block_size: int) -> list[bytes]:
         """The transparent text blocks of one message: `SYN SYN DLE STX text DLE ETB|ETX BCC FF`,
-        every DLE in the text doubled; BCC = CRC-16 over the text and the ending, low byte first."""
+        every DLE in the text doubled; BCC = CRC-16 over the text and the ending, low byte first.
+        Up to `block_size` bytes of text each (block_size >= 2), and never two equal ETB blocks
+        running, so that a receiver can tell a block sent again from the next one."""
         dle1, dle2 = bytes([self.dle]), bytes([self.dle, self.dle])
         head = bytes([self.syn, self.syn, self.dle, self.stx])
-        out = []
-        for start in range(0, max(len(image), 1), block_size):
+        out, start, prev = [], 0, None
+        while not out or start < len(image):
             text = image[start:start + block_size]
-            end = self.etx if start + block_size >= len(image) else self.etb
+            if text == prev and start + block_size < len(image):
+                text = text[:-1]  # two equal ETB blocks running would read as one sent twice
+            start += len(text)
+            end = self.etx if start >= len(image) else self.etb
             bcc = crc16(bytes([end]), crc16(text))
             out.append(head + text.replace(dle1, dle2) + bytes([self.dle, end]) + le16(bcc) + bytes([PAD]))
+            prev = text
         return out
 
 

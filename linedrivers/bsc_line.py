@@ -52,8 +52,8 @@ class BscLine:
             raise ValueError(f"BSC role must be 'primary' or 'secondary', not {role!r}")
         if code not in CODE_SETS:
             raise ValueError(f"BSC code must be one of {sorted(CODE_SETS)}, not {code!r}")
-        if block_size < 1 or baud <= 0 or reply_timeout <= 0 or retry_limit < 0:
-            raise ValueError("BSC block_size, baud and reply_timeout must be positive, retry_limit >= 0")
+        if block_size < 2 or baud <= 0 or reply_timeout <= 0 or retry_limit < 0:
+            raise ValueError("BSC block_size must be at least 2, baud and reply_timeout positive, retry_limit >= 0")
         self.local, self.peer = check_host_id(local), check_host_id(peer)
         self.primary = role == "primary"
         self.cs = cs = CODE_SETS[code]
@@ -78,7 +78,7 @@ class BscLine:
         self._busy = False
         self._queue: deque[bytes] = deque()  # every image held, the one in flight first
         self._unconfirmed = False            # a MessageReceived waits for confirm()
-        self._last_etx: bytes | None = None  # text of the last message block taken (duplicates)
+        self._last_block: Seq | None = None  # the last block taken (duplicates)
         self._suspect: str | None = None     # a wrong ID met once (see _wrong_id)
         self._reset_sender()
         self._reset_receiver()
@@ -232,11 +232,11 @@ class BscLine:
         self._wack_ack: str | None = None  # after WACK: the ACK to give when no longer busy
         self._rx_blocks = 0
         self._rvi_sent = False
-        self._etx_reply: str | None = None  # the answer _last_etx earned in this transmission
+        self._block_reply: str | None = None  # the answer _last_block earned in this transmission
 
     def _up(self) -> None:
         self._reset_sender()
-        self._last_etx = None
+        self._last_block = None
         self.counters["signons"] += 1
         self._events.append(LineUp(self.peer))
 
@@ -383,18 +383,22 @@ class BscLine:
             self._tx(self._last_reply)
 
     def _on_block(self, s: Seq) -> None:
+        """Take a good block. The same block again means the sender missed our answer (the
+        sender never sends two equal blocks running, see CodeSet.blocks): answer, don't keep."""
         text = s.data
-        if s.kind == "ETX" and not self._assembly and text == self._last_etx:
-            self.counters["duplicates"] += 1  # the sender missed our answer: answer, don't report
-            if self._etx_reply:
-                # The answer it earned, whatever was said since: if the sender has moved on,
-                # this stray is the wrong ACK for its next block, never the right one.
-                self._tx(self._etx_reply)
-            elif self._unconfirmed:
-                self._reply_waits = True
-            else:
-                self._answer_block(final=True)
-            return
+        last = self._last_block
+        if last is not None and last.kind == s.kind and last.data == text:
+            if self._block_reply:  # in this transmission: the answer it earned, whatever was said
+                self.counters["duplicates"] += 1  # since; a stray that can only be a wrong ACK
+                self._tx(self._block_reply)
+                return
+            if s.kind == "ETX" and not self._assembly:  # a message sent again in a new transmission
+                self.counters["duplicates"] += 1
+                if self._unconfirmed:
+                    self._reply_waits = True
+                else:
+                    self._answer_block(final=True)
+                return
         self._wack_ack = None
         self._rx_blocks += 1
         if len(self._assembly) + len(text) > self.max_image:
@@ -403,6 +407,7 @@ class BscLine:
             self._reply("NAK")
         elif s.kind == "ETB":
             self._assembly += text
+            self._last_block = s
             self._answer_block(final=False)
         else:
             image = bytes(self._assembly) + text if self._assembly else text
@@ -411,7 +416,7 @@ class BscLine:
                 self.counters["bad_messages"] += 1  # blocks lost or doubled: have it sent again
                 self._reply("NAK")
                 return
-            self._last_etx = text
+            self._last_block = s
             self._unconfirmed = self._reply_waits = True
             self._events.append(MessageReceived(image))
 
@@ -428,8 +433,7 @@ class BscLine:
             self._reply("RVI")
         else:
             self._reply(ack)
-        if final:
-            self._etx_reply = "RVI" if self._last_reply == "RVI" else ack
+        self._block_reply = "RVI" if self._last_reply == "RVI" else ack
 
     # --- bidding --------------------------------------------------------------------------
     def _send_id_enq(self, now: float) -> None:
@@ -524,6 +528,15 @@ class BscLine:
 
     def _on_reply(self, kind: str, now: float) -> None:
         phase = self._phase
+        if phase == "enq" and kind == "ACK0" == ACK[self._parity]:
+            # ACK0 is also the answer to a bid: a receiver that took our ENQ for EOT (one bit in
+            # ASCII) answers the next ENQ so. End the transmission and send the message again
+            # in a new one (kick() bids at once): a receiver that has it already answers it
+            # without reporting it twice.
+            if self._retry("ACK0 to ENQ is ambiguous"):
+                self._tx("EOT")
+                self._end_transmission()
+            return
         if phase == "enq" and kind in (ACK[self._parity], "RVI", "WACK") and kind != self._heard:
             # A positive answer to ENQ is taken only when heard twice running: one bit turns
             # the ASCII ACK0 into ACK1, and the previous ACK read as this one would lose the block.

@@ -17,7 +17,8 @@ class Seq(NamedTuple):
     """One received sequence. kind: ENQ EOT NAK ACK0 ACK1 WACK RVI TTD DISC ID_ENQ ID_ACK0
     ID_NAK ETB ETX, or ABORT for a text block that broke off before its ending."""
     kind: str
-    nbytes: int          # bytes on the wire, from the first SYN to the pad
+    nbytes: int          # bytes on the wire from the first SYN to the last character (the
+                         # pad, optional after some sequences, is skipped while hunting)
     ok: bool = True      # False: bad BCC, or an aborted block
     data: bytes = b""    # a block's text (DLE DLE undone, DLE SYN dropped), or the ID
 
@@ -80,9 +81,6 @@ class BscReader:
         return resume, True
 
     def _emit(self, out: list, kind: str, start: int, end: int, ok: bool = True, data: bytes = b"") -> tuple[int, bool]:
-        buf = self._buf
-        if end < len(buf) and buf[end] == PAD:
-            end += 1
         out.append(Seq(kind, end - start, ok, data))
         return end, True
 

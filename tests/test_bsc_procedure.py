@@ -211,6 +211,26 @@ def test_enq_garbled_into_eot_does_not_lose_the_block():
     assert [e.image for e in d.of("a", MessageReceived)] == [img("BB", 1)]
 
 
+def test_enq_garbled_into_eot_at_an_idle_receiver_does_not_lose_the_block():
+    """As above, with a receiver that has nothing to send: it takes the next ENQ for a bid and
+    answers ACK0, which is what the lost block waits for. An ACK0 to ENQ sends the block again."""
+    from linedrivers.bsc_codes import ASCII
+    d = ascii_duo().signed_on()
+    blocks = []
+
+    def second_block_lost(x):
+        blocks.extend([x] if b"\x10\x02" in x else [])
+        return None if len(blocks) == 2 and b"\x10\x02" in x else x
+    enq, eot = ASCII.sequence("ENQ"), ASCII.sequence("EOT")
+    d.faults["a"].append(second_block_lost)
+    d.faults["a"].append(lambda x: eot if x == enq and len(blocks) == 2 else x)
+    d.m["a"].send(img("AA", 1))
+    d.m["a"].send(img("AA", 2))
+    d.run(30)
+    assert [e.image for e in d.of("b", MessageReceived)] == [img("AA", 1), img("AA", 2)]
+    assert [e.image for e in d.of("a", MessageAcked)] == [img("AA", 1), img("AA", 2)]
+
+
 def test_bad_bcc_is_naked_and_the_block_sent_again():
     d = Duo().signed_on()
     d.faults["a"].append(flip(b"\x10\x02", offset=10))  # a bit of the text
