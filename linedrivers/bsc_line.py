@@ -79,7 +79,7 @@ class BscLine:
         self._queue: deque[bytes] = deque()  # every image held, the one in flight first
         self._unconfirmed = False            # a MessageReceived waits for confirm()
         self._last_block: Seq | None = None  # the last block taken (duplicates)
-        self._suspect: str | None = None     # a wrong ID met once (see _wrong_id)
+        self._suspect: str | None = None     # a wrong ID met once (see _refuse)
         self._reset_sender()
         self._reset_receiver()
 
@@ -447,15 +447,20 @@ class BscLine:
         self._expect_reply(now, len(self._seq["ENQ"]))
 
     def _on_bid_reply(self, kind: str, now: float) -> None:
+        if kind == "ENQ":
+            # Both bid: the secondary yields and answers. So does a primary that is only
+            # pausing before its next bid (its last one was answered WACK or NAK).
+            if self._phase == "bid":
+                self.counters["collisions"] += 1
+            if self._phase == "pause" or not self.primary:
+                self._reset_sender()
+                self._state = CONTROL
+                self._answer_bid()
+            return
         if self._phase != "bid":
             return
         if kind == "ACK0":
             self._begin_transmission(now)
-        elif kind == "ENQ":
-            self.counters["collisions"] += 1
-            if not self.primary:  # the secondary yields and answers the primary's bid
-                self._reset_sender()
-                self._enter_receive("ACK0")
         elif kind in ("WACK", "NAK"):
             if kind == "NAK" and not self._retry("bid answered NAK"):
                 return

@@ -83,7 +83,7 @@ def test_restarts_and_pulled_cables():
 @pytest.mark.parametrize("seed", range(40))
 def test_soak_many_seeds(seed):
     code = "ascii" if seed % 2 else "ebcdic"
-    channel = Channel(seed=100 + seed, ber=1e-3, drop_bytes=1e-4, drop=0.002, delay=0.02, delay_time=4.0,
+    channel = Channel(seed=100 + seed, ber=1e-3, drop_bytes=1e-4, drop=0.002, delay=0.02, delay_time=1.0,
                       baud=9600, chunk=(None, 7, 64)[seed % 3])
     res = run_pair(*pair(code, block_size=(256, 64)[seed % 2], max_message=200),
                    make_images("AA", "BB", N, size=200, random_size=True, seed=seed),

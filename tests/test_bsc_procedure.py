@@ -283,6 +283,18 @@ def test_wack_holds_the_sender_until_room_then_goes_on():
     assert len(d.of("b", MessageReceived)) == 1 and len(d.of("a", MessageAcked)) == 2
 
 
+def test_a_station_pausing_after_wack_answers_the_busy_peers_bid():
+    d = Duo().signed_on()
+    d.m["b"].set_busy(True)
+    d.m["a"].send(img("AA", 1))
+    d.run(0.1)
+    assert d.tx("b") == ["WACK"]
+    d.m["b"].send(img("BB", 1))  # b is full, but has something of its own to send
+    d.run(10)
+    assert d.tx("b")[1:3] == ["ENQ", "ETX"] and d.tx("a")[1] == "ACK0"
+    assert [e.image for e in d.of("a", MessageReceived)] == [img("BB", 1)]
+
+
 def test_ttd_when_nothing_is_ready_then_eot_then_either_side_bids():
     d = Duo().signed_on()
     d.m["a"].send(img("AA", 1))
