@@ -11,7 +11,7 @@ from linedrivers.image import encode
 
 pytestmark = pytest.mark.timeout(120)
 CODES = {"ebcdic": EBCDIC, "ascii": ASCII}
-PROPS = settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def fresh_counters():
