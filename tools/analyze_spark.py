@@ -153,39 +153,38 @@ def parse_time(value: str | float | None) -> float | None:
 # -- the analysis ---------------------------------------------------------------------------
 def analyze(spark, paths: list[str], since=None, until=None) -> dict:
     """The whole analysis: the summary dict (summary.json) plus the tables for the report
-    under the private key `_tables`."""
+    under the private key `_tables`.
+
+    The input is parsed once, into the cached groups of `_grouped`."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
     since, until = parse_time(since), parse_time(until)
     events, read = load_events(spark, paths)
-    events = events.select("ts", "host", "line", "proto", "type", "dir", "kind", "origin", "msg_id",
-                           F.substring("to_id", 1, 2).alias("to_host"), "bytes", "ok", "retransmit",
-                           "baud", "bad").persist(StorageLevel.MEMORY_AND_DISK)
     in_window = ~F.col("bad")
     if since is not None:
         in_window &= F.col("ts") >= since
     if until is not None:
         in_window &= F.col("ts") < until
-    totals = events.agg(F.count(F.lit(1)).alias("lines"), F.sum(F.col("bad").cast("long")).alias("malformed"),
-                        F.sum(in_window.cast("long")).alias("events"),
-                        F.min(F.when(in_window, F.col("ts"))).alias("start"),
-                        F.max(F.when(in_window, F.col("ts"))).alias("end")).first()
+    groups = _grouped(events, in_window).persist(StorageLevel.MEMORY_AND_DISK)
+    totals = groups.agg(F.sum("n").alias("lines"), F.sum(F.when(F.col("bad"), F.col("n"))).alias("malformed"),
+                        F.sum(F.when(F.col("win"), F.col("n"))).alias("events"),
+                        F.min(F.when(F.col("win"), F.col("t_min"))).alias("start"),
+                        F.max(F.when(F.col("win"), F.col("t_max"))).alias("end")).first()
     if not totals["events"]:
-        events.unpersist()
-        raise AnalyzeError(f"no valid trace events in the window ({totals['lines']} lines read, "
+        groups.unpersist()
+        raise AnalyzeError(f"no valid trace events in the window ({totals['lines'] or 0} lines read, "
                            f"{totals['malformed'] or 0} malformed): check the paths and --since/--until")
     ws = since if since is not None else totals["start"]
     we = until if until is not None else totals["end"]
-    win = events.filter(in_window)
-
+    win = groups.filter(F.col("win"))
     counts = _counts(win)
     minutes = _minutes(win)
-    up, baud = _up_intervals(events, ws, we)
+    up, baud = _up_intervals(groups, ws, we)
     directions = _directions(counts, minutes, up, baud, ws, we)
     messages, hosts_hwm, histogram, problems = _messages(win)
-    events.unpersist()
+    groups.unpersist()
     summary = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -204,17 +203,36 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
     return summary
 
 
-def _counts(win) -> dict:
-    """(type, host, line, dir, kind) -> figures, one aggregation over every event."""
+def _grouped(events, in_window):
+    """One scan folds every event into groups: frames by (host, line, dir, kind, minute), line
+    and msg events by kind, up/down and msg events kept one by one (with their time and key).
+    Small enough to cache; every figure is computed from it."""
     from pyspark.sql import functions as F
     is_data = F.col("kind").isin(*DATA_KINDS)
     data_msg = (is_data & F.col("origin").isNotNull() & F.col("msg_id").isNotNull()
                 & F.coalesce(F.col("ok"), F.lit(True)) & ~F.coalesce(F.col("retransmit"), F.lit(False)))
-    rows = (win.groupBy("type", "host", "line", "dir", "kind")
+    is_msg = F.col("type") == "msg"
+    one_by_one = is_msg | ((F.col("type") == "line") & F.col("kind").isin("up", "down"))
+    return (events.groupBy("bad", in_window.alias("win"), "type", "host", "line", "dir", "kind",
+                           F.when(F.col("type") == "frame", F.floor(F.col("ts") / MINUTE)).alias("minute"),
+                           F.when(one_by_one, F.col("ts")).alias("ev_ts"),
+                           F.when(is_msg, F.col("origin")).alias("m_origin"),
+                           F.when(is_msg, F.col("msg_id")).alias("m_id"),
+                           F.when(is_msg, F.substring("to_id", 1, 2)).alias("to_host"))
             .agg(F.count(F.lit(1)).alias("n"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
                  F.sum(F.coalesce(F.col("retransmit"), F.lit(False)).cast("long")).alias("retrans"),
-                 F.sum((F.col("ok") == F.lit(False)).cast("long")).alias("bad"),
+                 F.sum((F.col("ok") == F.lit(False)).cast("long")).alias("bad_frames"),
                  F.sum(data_msg.cast("long")).alias("data_messages"),
+                 F.max("proto").alias("proto"), F.max("baud").alias("baud"),
+                 F.min("ts").alias("t_min"), F.max("ts").alias("t_max")))
+
+
+def _counts(win) -> dict:
+    """(type, host, line, dir, kind) -> figures."""
+    from pyspark.sql import functions as F
+    rows = (win.groupBy("type", "host", "line", "dir", "kind")
+            .agg(F.sum("n").alias("n"), F.sum("bytes").alias("bytes"), F.sum("retrans").alias("retrans"),
+                 F.sum("bad_frames").alias("bad"), F.sum("data_messages").alias("data_messages"),
                  F.max("proto").alias("proto"))
             .collect())
     return {(r["type"], r["host"], r["line"], r["dir"], r["kind"]): r.asDict() for r in rows}
@@ -224,10 +242,10 @@ def _minutes(win) -> list[dict]:
     """Frames per (line, host, dir, minute): throughput and retransmissions over time."""
     from pyspark.sql import functions as F
     frames = win.filter((F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull())
-    rows = (frames.groupBy("host", "line", "dir", F.floor(F.col("ts") / MINUTE).alias("minute"))
-            .agg(F.count(F.lit(1)).alias("frames"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
-                 F.sum(F.coalesce(F.col("retransmit"), F.lit(False)).cast("long")).alias("retransmissions"),
-                 F.sum(F.col("kind").isin(*DATA_KINDS).cast("long")).alias("data_frames"))
+    rows = (frames.groupBy("host", "line", "dir", "minute")
+            .agg(F.sum("n").alias("frames"), F.sum("bytes").alias("bytes"),
+                 F.sum("retrans").alias("retransmissions"),
+                 F.sum(F.when(F.col("kind").isin(*DATA_KINDS), F.col("n")).otherwise(0)).alias("data_frames"))
             .collect())
     out = [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
             "minute": int(r["minute"]) * int(MINUTE), "frames": r["frames"], "bytes": r["bytes"],
@@ -235,13 +253,14 @@ def _minutes(win) -> list[dict]:
     return sorted(out, key=lambda r: (r["line"], r["host"], r["dir"], r["minute"]))
 
 
-def _up_intervals(events, ws: float, we: float) -> tuple[list[dict], dict]:
+def _up_intervals(groups, ws: float, we: float) -> tuple[list[dict], dict]:
     """UP intervals per (host, line) clipped to [ws, we], from every up/down event (also those
     before the window, which give the state at its start), and the latest baud of each line."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    ud = events.filter(~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down")
-                       & F.col("line").isNotNull() & (F.col("ts") <= we))
+    ud = (groups.filter(~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down")
+                        & F.col("line").isNotNull() & (F.col("ev_ts") <= we))
+          .select("host", "line", "kind", "baud", F.col("ev_ts").alias("ts")))
     order = Window.partitionBy("host", "line").orderBy("ts")
     changes = (ud.withColumn("prev", F.lag("kind").over(order))
                .filter(F.col("prev").isNull() | (F.col("prev") != F.col("kind")))
@@ -318,12 +337,13 @@ def _messages(win):
     from pyspark.sql import functions as F
 
     rank = F.create_map(*[x for k, i in KIND_ORDER.items() for x in (F.lit(k), F.lit(i))])
-    msg = (win.filter((F.col("type") == "msg") & F.col("origin").isNotNull() & F.col("msg_id").isNotNull())
-           .select("host", "kind", "origin", "msg_id", "ts", "to_host",
+    msg = (win.filter((F.col("type") == "msg") & F.col("m_origin").isNotNull() & F.col("m_id").isNotNull())
+           .select("host", "kind", F.col("m_origin").alias("origin"), F.col("m_id").alias("msg_id"),
+                   F.col("ev_ts").alias("ts"), "to_host", "n",
                    F.coalesce(rank[F.col("kind")], F.lit(99)).alias("rank")))
     order = (Window.partitionBy("origin", "msg_id").orderBy("ts", "rank")
              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    msg = msg.withColumn("gen", F.sum((F.col("kind") == "accepted").cast("long")).over(order))
+    msg = msg.withColumn("gen", F.sum(F.when(F.col("kind") == "accepted", F.col("n")).otherwise(0)).over(order))
 
     def first(kind, what):
         return F.min(F.when(F.col("kind") == kind, F.struct("ts", what)))
@@ -331,9 +351,8 @@ def _messages(win):
     per = (msg.groupBy("origin", "msg_id", "gen")
            .agg(first("accepted", "to_host").alias("acc"), first("acked", "host").alias("ack"),
                 first("received", "host").alias("recv"), first("delivered", "host").alias("deliv"),
-                F.sum((F.col("kind") == "received").cast("long")).alias("n_recv"),
-                F.sum((F.col("kind") == "delivered").cast("long")).alias("n_deliv"),
-                F.sum((F.col("kind") == "duplicate").cast("long")).alias("n_dup"))
+                *[F.sum(F.when(F.col("kind") == k, F.col("n")).otherwise(0)).alias(a)
+                  for k, a in (("received", "n_recv"), ("delivered", "n_deliv"), ("duplicate", "n_dup"))])
            .withColumn("latency", F.col("deliv.ts") - F.col("acc.ts"))
            .persist(StorageLevel.MEMORY_AND_DISK))
     known = F.col("gen") > 0
