@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tools.loopback import Options, print_verdict, run_network
 
+CUT_EVERY, KILL_EVERY = 5.0, 7.0  # seconds: several of each while the traffic lasts
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
@@ -27,9 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if root.exists():
         shutil.rmtree(root)
     print(f"MCCS demo: hosts AA, BB, CC; lines AA-BB (BSC), AA-CC and BB-CC (async) at {args.baud} baud, "
-          f"bit-error rate {args.ber:g}; one line cut every 15 s, one daemon killed (kill -9) every 20 s\n")
+          f"bit-error rate {args.ber:g}; one line cut every {CUT_EVERY:g} s, one daemon killed (kill -9) "
+          f"every {KILL_EVERY:g} s\n")
     verdict = run_network(Options(hosts=3, protocol="mixed", baud=args.baud, ber=args.ber, messages=args.messages,
-                                  disconnect_every=15.0, disconnect_for=3.0, kill_every=20.0, timeout=120.0,
+                                  disconnect_every=CUT_EVERY, disconnect_for=2.0, kill_every=KILL_EVERY, timeout=120.0,
                                   dir=str(root / "network")))
     print()
     print_verdict(verdict)
@@ -38,6 +41,4 @@ def run(args: argparse.Namespace) -> int:
     report = root / "report"
     print(f"\nSpark report of the traces (mccs analyze {' '.join(verdict['trace_dirs'])} --out {report})\n", flush=True)
     rc = subprocess.call([sys.executable, "-m", "mccs.cli", "analyze", *verdict["trace_dirs"], "--out", str(report)])
-    if rc == 0:
-        print(f"\nReport: {report / 'index.html'}")
     return 0 if verdict["ok"] and rc == 0 else 1
