@@ -94,6 +94,24 @@ def test_line_down_longer_than_traffic_messages_wait_then_arrive(pair):
 
 
 @pytest.mark.timeout(90)
+def test_message_for_a_process_not_running_waits_on_recv_list(pair):
+    vl, a, b = pair("bsc")
+    with mccs.connect(a.config, "S") as s, mccs.connect(b.config, "WTCH") as watch:
+        msg_id = s.send("BBLATE", b"for a process that starts later")
+        deadline = time.monotonic() + 20
+        while watch.status()["lists"]["recv"] == 0:
+            assert time.monotonic() < deadline, "the message never reached BB's RECV_LIST"
+            time.sleep(0.05)
+        assert s.status()["lists"]["send"] == 0  # acknowledged: BB holds it durably
+    b.kill()  # and it survives a crash of BB before the process asks
+    b.start()
+    with mccs.connect(b.config, "LATE") as late:
+        m = late.recv(timeout=20)
+        assert (m.msg_id, m.from_id, m.data) == (msg_id, "AAS   ", b"for a process that starts later")
+        assert late.recv(wait=False) is None
+
+
+@pytest.mark.timeout(90)
 def test_wrong_peer_is_refused_and_traced(tmp_path):
     with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
         keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}

@@ -58,3 +58,20 @@ def test_unwritable_trace_dir_is_not_fatal(tmp_path):
         assert r.recv().data == b"traces or not"
         assert s.status()["counters"]["trace_errors"] > 0
     assert d.stop() == 0
+
+
+def test_corrupt_and_truncated_trace_files_do_not_stop_a_daemon(tmp_path):
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    old = trace_dir / "AA-20260101T000000-1-001.jsonl"
+    old.write_bytes(b'{"v": 1, "ts": 1.0, "host": "AA", "type": "msg", "ki\x00\xff garbage')  # cut mid-line
+    d = DaemonProcess(write_config(tmp_path, "AA", [], trace_dir="trace")).start()
+    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R") as r:
+        msg_id = s.send("AAR", b"still traced")
+        assert r.recv().msg_id == msg_id
+        assert s.status()["counters"]["trace_errors"] == 0
+    assert d.stop() == 0
+    assert old.read_bytes().endswith(b"garbage")  # never appended to nor rewritten
+    new = [p for p in trace_dir.glob("AA-*.jsonl") if p != old]
+    events = [json.loads(line) for p in new for line in p.read_text().splitlines()]
+    assert ("delivered", msg_id) in {(e["kind"], e.get("msg_id")) for e in events}
