@@ -1,12 +1,15 @@
 """mccs analyze against the trace generator's known answers (local Spark, one session)."""
+import gzip
 import json
 import subprocess
 import sys
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
 
 import pytest
 
 from tools.analyze import run_analysis
-from tools.tracegen import generate
+from tools.tracegen import generate, latency_stats, up_seconds
 
 pytestmark = pytest.mark.spark
 
@@ -54,3 +57,96 @@ def test_no_traces_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mccs.cli", "analyze", str(tmp_path)], capture_output=True,
                        text=True, timeout=50)
     assert r.returncode == 2 and "no trace files" in r.stderr
+
+
+def _figures(summary: dict) -> dict:
+    """What must not depend on the input form or the engine."""
+    return {k: summary[k] for k in ("directions", "lines", "messages", "hosts")} | {
+        "events": summary["input"]["events"], "window": summary["input"]["window"]}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> tuple[str, dict]:
+    """Small generated traces (no malformed lines) shared by the tests below, with their answers."""
+    root = tmp_path_factory.mktemp("gen") / "traces"
+    answers = generate(root, hosts=3, messages=400, outages=3, rotate_events=3000)
+    return str(root), answers
+
+
+@pytest.mark.timeout(180)
+def test_compact_to_parquet_gives_the_same_figures(spark, traces, tmp_path):
+    from tools.analyze_spark import compact
+    root, answers = traces
+    written = compact(spark, [root], str(tmp_path / "parquet"))
+    assert written["events"] == answers["input"]["events"] and written["malformed"] == 0
+    hosts = sorted(p.name for p in (tmp_path / "parquet").glob("host=*"))
+    assert hosts == [f"host={h['host']}" for h in answers["hosts"]]
+    assert all(p.name.startswith("date=") for p in (tmp_path / "parquet").glob("host=*/*"))
+    from_json = run_analysis([root], spark=spark)
+    from_parquet = run_analysis([str(tmp_path / "parquet")], spark=spark)
+    assert from_parquet["input"]["format"] == "parquet" and from_json["input"]["format"] == "jsonl"
+    _same(_figures(from_parquet), _figures(from_json))
+
+
+def _read_events(files: list[str]) -> list[dict]:
+    events = []
+    for f in files:
+        with (gzip.open(f, "rt") if f.endswith(".gz") else open(f)) as lines:
+            events += [json.loads(line) for line in lines]
+    return events
+
+
+def _window_answers(events: list[dict], since: float, until: float) -> dict:
+    """An independent Python count of what the window [since, until) holds (MSG_IDs do not wrap here)."""
+    inside = [e for e in events if since <= e["ts"] < until]
+    frames = Counter((e["host"], e["line"], e["dir"], e["kind"]) for e in inside if e["type"] == "frame")
+    nbytes = Counter()
+    for e in inside:
+        if e["type"] == "frame":
+            nbytes[(e["host"], e["line"], e["dir"])] += e["bytes"]
+    by_key: dict[tuple, list[dict]] = defaultdict(list)
+    for e in sorted((e for e in inside if e["type"] == "msg"), key=lambda e: e["ts"]):
+        by_key[(e["origin"], e["msg_id"])].append(e)
+    accepted = {k: v for k, v in by_key.items() if v[0]["kind"] == "accepted"}
+    kinds = {k: Counter(e["kind"] for e in v) for k, v in accepted.items()}
+    latencies = sorted(next(e["ts"] for e in v if e["kind"] == "delivered") - v[0]["ts"]
+                       for k, v in accepted.items() if kinds[k]["delivered"])
+    up_down = defaultdict(list)
+    for e in events:
+        if e["type"] == "line" and e["kind"] in ("up", "down"):
+            up_down[(e["host"], e["line"])].append((e["ts"], e["kind"]))
+    return {
+        "events": len(inside), "frames": frames, "bytes": nbytes,
+        "up_seconds": {side: up_seconds(ev, since, until) for side, ev in up_down.items()},
+        "messages": {"accepted": len(accepted), "delivered": sum(1 for c in kinds.values() if c["delivered"]),
+                     "lost": sum(1 for c in kinds.values() if not c["received"] and not c["delivered"]),
+                     "pending": sum(1 for c in kinds.values() if c["received"] and not c["delivered"]),
+                     "duplicated": sum(1 for c in kinds.values() if c["delivered"] > 1),
+                     "unmatched": len(by_key) - len(accepted),
+                     "latency": latency_stats(latencies)},
+        "hosts": Counter((e["host"], e["kind"]) for e in inside if e["type"] == "msg"),
+    }
+
+
+@pytest.mark.timeout(180)
+def test_since_until_window(spark, traces):
+    root, answers = traces
+    accepted = answers["accepted_times"]            # the window cuts messages at both ends
+    iso = datetime.fromtimestamp(accepted[100] + 0.0005, timezone.utc).isoformat().replace("+00:00", "Z")
+    since, until = datetime.fromisoformat(iso).timestamp(), accepted[300] + 0.0005
+    want = _window_answers(_read_events(answers["files"]), since, until)
+    got = run_analysis([root], spark=spark, since=iso, until=str(until))
+    assert got["input"]["window"] == {"start": since, "end": until, "seconds": until - since}
+    assert got["input"]["events"] == want["events"]
+    _same(got["messages"], want["messages"], "messages")
+    assert want["messages"]["unmatched"] > 0 and want["messages"]["lost"] > 0
+    for d in got["directions"]:
+        side = (d["host"], d["peer"], d["dir"])
+        assert d["frames_by_kind"] == {k: n for (*s, k), n in sorted(want["frames"].items()) if tuple(s) == side}
+        assert d["bytes"] == want["bytes"][side]
+        assert d["up_seconds"] == pytest.approx(want["up_seconds"][(d["host"], d["peer"])], abs=1e-6)
+    assert min(d["up_seconds"] for d in got["directions"]) < until - since     # an outage is inside
+    for h in got["hosts"]:
+        assert (h["accepted"], h["delivered"], h["duplicates_dropped"]) == (
+            want["hosts"][(h["host"], "accepted")], want["hosts"][(h["host"], "delivered")],
+            want["hosts"][(h["host"], "duplicate")])
