@@ -1,10 +1,15 @@
 """mccs analyze against the trace generator's known answers (local Spark, one session)."""
 import gzip
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +155,79 @@ def test_since_until_window(spark, traces):
         assert (h["accepted"], h["delivered"], h["duplicates_dropped"]) == (
             want["hosts"][(h["host"], "accepted")], want["hosts"][(h["host"], "delivered")],
             want["hosts"][(h["host"], "duplicate")])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert proc.poll() is None, f"exited with {proc.returncode}: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, f"no {text!r} in {log} after {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A standalone Spark master and one worker on 127.0.0.1 from the installed pyspark; their
+    process groups are killed afterwards."""
+    import pyspark
+    home = os.path.dirname(pyspark.__file__)
+    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1"}
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    cls = [f"{home}/bin/spark-class", "org.apache.spark.deploy"]
+    commands = {"master": [cls[0], f"{cls[1]}.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                           "--webui-port", "0"],
+                "worker": [cls[0], f"{cls[1]}.worker.Worker", url, "--host", "127.0.0.1", "--webui-port", "0",
+                           "--cores", "1", "--memory", "1g", "--work-dir", str(tmp_path / "work")]}
+    procs = []
+    try:
+        for name, command in commands.items():
+            log = tmp_path / f"{name}.log"
+            with open(log, "w") as f:
+                procs.append(subprocess.Popen(command, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+            if name == "master":
+                _wait_for(log, "I have been elected leader", procs[0], 60)
+        _wait_for(tmp_path / "master.log", "Registering worker", procs[0], 60)
+        yield url
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+@pytest.mark.timeout(300)
+def test_standalone_cluster_gives_the_local_figures(spark, traces, cluster, tmp_path):
+    root, _ = traces
+    local = run_analysis([root], spark=spark)
+    r = subprocess.run([sys.executable, "-m", "mccs.cli", "analyze", root, "--master", cluster,
+                        "--out", str(tmp_path / "report")], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    remote = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert remote["engine"]["master"] == cluster
+    assert "Asked to launch executor" in (tmp_path / "worker.log").read_text()
+    _same(_figures(remote), _figures(local))
+    exact = ("count", "p50", "p95", "p99", "max")       # Spark's percentile is exact; only the mean's sum order varies
+    assert {k: remote["messages"]["latency"][k] for k in exact} == {k: local["messages"]["latency"][k] for k in exact}
+
+
+@pytest.mark.timeout(240)
+def test_loopback_traces_agree_with_its_verdict(spark, tmp_path):
+    from tools.loopback import Options, run_network
+    v = run_network(Options(hosts=3, protocol="mixed", ber=1e-4, messages=150, timeout=90, dir=str(tmp_path),
+                            quiet=True))
+    assert v["ok"], v
+    summary = run_analysis(v["trace_dirs"], spark=spark)
+    m = summary["messages"]
+    assert (m["lost"], m["duplicated"]) == (v["lost"], v["duplicated"])
+    assert (m["accepted"], m["delivered"], m["pending"], m["unmatched"]) == (v["sent"], v["delivered"], 0, 0)
+    # no daemon restarted, so the daemons' counters cover the whole run, as the traces do
+    traced = {k: sum(d[k] for d in summary["directions"]) for k in ("crc_failures", "retransmissions", "timeouts")}
+    assert traced == {"crc_failures": v["crc_errors"], "retransmissions": v["retransmissions"],
+                      "timeouts": v["timeouts"]} and traced["crc_failures"] > 0
