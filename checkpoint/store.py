@@ -19,7 +19,8 @@ from pathlib import Path
 import sqlite_utils
 
 SCHEMA_VERSION = 1
-DUP_WINDOW = 8192  # keys per origin: far less than the 65,536 MSG_IDs, so a wrapped id is never a duplicate
+DUP_WINDOW = 8192  # MSG_IDs per origin, by distance in the origin's id space (not by count received here)
+ID_SPACE = 65535  # MSG_IDs are 1..65535
 SEND_DONE_KEEP = 65536  # finished SEND request ids remembered for retries
 
 
@@ -221,19 +222,22 @@ class Checkpoint:
         self._dirty = True
         self.conn.execute("INSERT OR REPLACE INTO dup_window (origin, msg_id, seq) VALUES (?,?,?)",
                           (origin, msg_id, self.next_seq()))
-        old = self._remember_dup((origin, msg_id))
-        if old is not None:
+        for old in self._remember_dup((origin, msg_id)):
             self.conn.execute("DELETE FROM dup_window WHERE origin = ? AND msg_id = ?", old)
 
-    def _remember_dup(self, key: tuple[str, int]) -> tuple[str, int] | None:
+    def _remember_dup(self, key: tuple[str, int]) -> list[tuple[str, int]]:
+        """Keep the keys within DUP_WINDOW ids behind the newest one from this origin. This host
+        may see only a few of the origin's ids (it sends to others, or to its own processes), so
+        a window by count would keep ids the origin has long since reused."""
         window = self._dups[key[0]]
         window.append(key[1])
         self._dup_set.add(key)
-        if len(window) > DUP_WINDOW:
-            old = (key[0], window.popleft())
-            self._dup_set.discard(old)
-            return old
-        return None
+        old = []
+        while window and ((key[1] - window[0]) % ID_SPACE >= DUP_WINDOW or len(window) > DUP_WINDOW):
+            k = (key[0], window.popleft())
+            self._dup_set.discard(k)
+            old.append(k)
+        return old
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):

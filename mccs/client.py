@@ -6,7 +6,6 @@ after a restart is recognised by its (origin, MSG_ID) key, confirmed and dropped
 """
 from __future__ import annotations
 
-import collections
 import json
 import os
 import socket
@@ -21,7 +20,6 @@ from linedrivers.ids import IdError, process_id
 from .ipc import LENGTH, b64, frame, unb64
 
 BLANK_ID = " " * 6
-KEY_MEMORY = 8192  # keys remembered per origin, as the daemon's duplicate window
 
 
 class MCCSError(Exception):
@@ -82,8 +80,10 @@ class Client:
         self.max_message = 128
         self._sock: socket.socket | None = None
         self._ids = iter(range(1, 1 << 62))
-        self._pending_confirms: set[int] = set()
-        self._seen: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        self._pending_confirms: dict[int, tuple[str, int]] = {}  # confirm request id -> key
+        # Keys returned to the caller whose confirm the daemon has not yet committed: only those
+        # can be handed again (after a restart). Once committed the block is gone for good and a
+        # later message may legitimately reuse the key (MSG_ID wrap, origin's checkpoint reset).
         self._seen_set: set[tuple[str, int]] = set()
         self._connect(connect_timeout)
 
@@ -120,9 +120,15 @@ class Client:
 
     def _drop(self) -> None:
         if self._sock is not None:
+            try:  # replies to our confirms may still be buffered: they tell which keys are settled
+                self._sock.settimeout(0.2)
+                while self._pending_confirms:
+                    self._read()
+            except (OSError, ConnectionError, ValueError, struct.error):
+                pass
             self._sock.close()
             self._sock = None
-        self._pending_confirms.clear()
+        self._pending_confirms.clear()  # unknown outcome: those keys stay remembered
 
     def close(self) -> None:
         """Wait for the daemon to commit our confirms, then hang up."""
@@ -151,7 +157,9 @@ class Client:
         head = self._recv_exact(LENGTH.size)
         (n,) = LENGTH.unpack(head)
         reply = json.loads(self._recv_exact(n))
-        self._pending_confirms.discard(reply.get("id"))
+        key = self._pending_confirms.pop(reply.get("id"), None)
+        if key is not None and reply.get("ok"):
+            self._seen_set.discard(key)  # committed: it will never be handed again
         return reply
 
     def _recv_exact(self, n: int) -> bytes:
@@ -219,20 +227,15 @@ class Client:
             if got is None:
                 return None
             msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"], unb64(got["data"]))
-            self._pending_confirms.add(self._write({"op": "confirm", "rid": got["rid"]}))
-            if self._remember(msg.key):
+            fresh = msg.key not in self._seen_set
+            self._seen_set.add(msg.key)
+            try:
+                self._pending_confirms[self._write({"op": "confirm", "rid": got["rid"]})] = msg.key
+            except OSError:  # the daemon went away after handing it: it hands it again, we drop that copy
+                self._drop()
+            if fresh:
                 return msg
             # handed again after a daemon restart: we returned it already; confirmed, dropped
-
-    def _remember(self, key: tuple[str, int]) -> bool:
-        if key in self._seen_set:
-            return False
-        window = self._seen[key[0]]
-        window.append(key[1])
-        self._seen_set.add(key)
-        if len(window) > KEY_MEMORY:
-            self._seen_set.discard((key[0], window.popleft()))
-        return True
 
     def status(self) -> dict:
         return self._call(lambda: {"op": "status"})["status"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import os
 import signal
 import time
@@ -176,7 +177,7 @@ class Daemon:
         for _ in range(65536):
             msg_id = self._next_msg_id
             self._next_msg_id = msg_id % 0xFFFF + 1
-            if msg_id not in self.lists.send.by_msg_id:
+            if msg_id not in self.lists.send.by_msg_id and (self.host, msg_id) not in self.lists.recv.keys:
                 break
         self._msg_id_dirty = True
         return msg_id
@@ -212,7 +213,7 @@ class Daemon:
             if op in ("send", "recv", "confirm") and conn.name is None:
                 raise FrameError("say hello with a process name first")
             handler(conn, rid, req)
-        except (FrameError, IdError, ValueError, TypeError, KeyError, AttributeError) as e:
+        except (FrameError, IdError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
             self.counters["bad_requests"] += 1
             code = getattr(e, "code", "bad_request")
             conn.reply({"id": rid, "ok": False, "error": str(e), "code": code})
@@ -237,6 +238,8 @@ class Daemon:
         data = unb64(req.get("data", ""))
         user_id = req.get("user_id", 0)
         request_id = req.get("req") or uuid.uuid4().hex
+        if not isinstance(request_id, str) or len(request_id) > 64:
+            raise FrameError("req must be a string of at most 64 characters (a random request id)")
         if not isinstance(user_id, int) or not 0 <= user_id <= 0xFFFF:
             raise FrameError(f"USER_ID {user_id!r} is not a 16-bit number")
         if len(data) > self.cfg.max_message:
@@ -262,6 +265,8 @@ class Daemon:
                 conn.reply({"id": rid, "ok": True, "msg": None})
                 return
         timeout = req.get("timeout")
+        if timeout is not None and not math.isfinite(float(timeout)):  # NaN would spin the loop's timer
+            raise FrameError(f"timeout {timeout!r} is not a finite number of seconds")
         deadline = time.monotonic() + float(timeout) if timeout is not None else None
         user_id = int(req.get("user_id") or 0)
         if not 0 <= user_id <= 0xFFFF:

@@ -56,6 +56,7 @@ class LineControlBlock:
     signon_at: float | None = None  # when to sign on again
     port_open: bool = False
     last_down: str = ""
+    held: MSGBLOK | None = None  # the first MSGBLOK the peer's maximum refuses: waits, and all after it
     counters: collections.Counter = field(default_factory=collections.Counter)
 
     @property
@@ -66,7 +67,8 @@ class LineControlBlock:
         machine = getattr(self.machine, "counters", {})
         return {"peer": self.peer, "protocol": self.cfg.protocol, "state": self.state, "port": self.cfg.port,
                 "port_open": self.port_open, "baud": self.cfg.baud, "active": len(self.active),
-                "last_down": self.last_down, "counters": {**machine, **self.counters}}
+                "last_down": self.last_down, "counters": {**machine, **self.counters},
+                "held": f"{self.held.origin}/{self.held.msg_id}, {len(self.held.data)} bytes" if self.held else None}
 
 
 class Lines:
@@ -116,6 +118,7 @@ class Lines:
         else:  # the port is gone (cable, adapter, pty): a fresh machine when it is back
             self._down(lcb, f"port lost: {why}")
             lcb.machine = make_machine(self.d.host, lcb.cfg, self.d.cfg.max_message)
+            lcb.busy = False  # the fresh machine is not busy: told again after the next commit
             lcb.signon_at = None
         self.d.wake()
 
@@ -247,9 +250,20 @@ class Lines:
                 break
             if blk.active or not blk.durable:
                 continue
+            img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data)
+            try:
+                lcb.machine.send(img)
+            except ValueError as e:  # over the MAXMSG the peer signed on with: a config to fix
+                if lcb.held is not blk:
+                    lcb.held = blk
+                    lcb.counters["too_large"] += 1
+                    log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
+                              "wait on SEND_LIST until max_message is the same at both ends", self.d.host,
+                              blk.origin, blk.msg_id, len(blk.data), lcb.peer, e)
+                return  # keep order: nothing after it overtakes it
+            lcb.held = None
             blk.active = True
             lcb.active.append(blk)
-            lcb.machine.send(image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data))
             room -= 1
             if not blk.sent:
                 blk.sent = True

@@ -6,7 +6,7 @@ PRQBLOKs, the pending SEND and RECV requests of connected processes.
 """
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -113,6 +113,17 @@ class RecvList(BlockList):
 
     def __init__(self):
         super().__init__(lambda b: b.to_id)
+        self.keys: Counter = Counter()  # (origin, MSG_ID) on the list
+
+    def add(self, blk: MSGBLOK) -> None:
+        super().add(blk)
+        self.keys[blk.key] += 1
+
+    def remove(self, blk: MSGBLOK) -> None:
+        super().remove(blk)
+        self.keys[blk.key] -= 1
+        if self.keys[blk.key] <= 0:
+            del self.keys[blk.key]
 
     def match(self, to_id: str, from_id: str, user_id: int) -> MSGBLOK | None:
         """The paper's RECV rule: first eligible MSGBLOK for this process, by FROM_ID and USER_ID."""

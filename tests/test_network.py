@@ -112,6 +112,26 @@ def test_message_for_a_process_not_running_waits_on_recv_list(pair):
 
 
 @pytest.mark.timeout(90)
+def test_message_over_the_peers_maximum_waits_and_is_reported(tmp_path):
+    """max_message differs at the two ends: the big message cannot go. It must neither stop the
+    daemon nor be dropped, nor let a later message overtake it; status names it."""
+    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
+        keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}],
+                                       max_message=256))
+        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}]))
+        with a, b, mccs.connect(a.config, "S") as s, mccs.connect(b.config, "R") as r:
+            _wait_line(s)
+            big = s.send("BBR", b"x" * 200)
+            s.send("BBR", b"small, after it")
+            assert r.recv(timeout=2) is None
+            line = s.status()["lines"][0]
+            assert line["held"] == f"AA/{big}, 200 bytes" and line["counters"]["too_large"] == 1
+            assert s.status()["lists"]["send"] == 2 and a.running
+            assert "max_message" in a.log_tail()
+
+
+@pytest.mark.timeout(90)
 def test_wrong_peer_is_refused_and_traced(tmp_path):
     with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
         keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}

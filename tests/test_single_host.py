@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import stat
 import struct
 import threading
@@ -289,10 +290,40 @@ def test_wrong_types_in_requests_get_errors_not_crashes(host):
     raw.connect(d.cfg.socket)
     bad = [{"op": "hello", "name": 5}, {"op": "hello", "name": "T"}, {"op": "recv", "from": 123},
            {"op": "recv", "timeout": "soon"}, {"op": "recv", "user_id": 70000}, {"op": "confirm", "rid": [1]},
-           {"op": "send", "to": "AAX", "data": "eA==", "user_id": -1}, {"op": "send", "to": None, "data": "eA=="}, [1, 2]]
+           {"op": "send", "to": "AAX", "data": "eA==", "user_id": -1}, {"op": "send", "to": None, "data": "eA=="},
+           {"op": "recv", "timeout": float("nan")}, {"op": "recv", "timeout": float("inf")},
+           {"op": "recv", "user_id": float("inf")}, {"op": "send", "to": "AAX", "data": "eA==", "req": [1]}, [1, 2]]
     for obj in bad:
         raw.sendall(frame(obj) if isinstance(obj, dict) else struct.pack(">I", 5) + b"[1,2]")
     replies = [_read(raw) for _ in bad]
-    assert [r["ok"] for r in replies] == [False, True] + [False] * 7
+    assert [r["ok"] for r in replies] == [False, True] + [False] * 11
     with mccs.connect(d.config, "S") as s:
-        assert s.status()["counters"]["bad_requests"] >= 8
+        assert s.status()["counters"]["bad_requests"] >= 12
+    before = _cpu_seconds(d.proc.pid)  # a NaN timer would spin the loop: the daemon idles
+    time.sleep(1.0)
+    assert _cpu_seconds(d.proc.pid) - before < 0.5
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_msg_id_wrap_does_not_hide_a_new_message(host):
+    """After 65,535 SENDs the MSG_ID comes round: a receiver that got the old message with that
+    id must still get the new one (its library only drops a key it has not yet settled)."""
+    d = host()
+    r = mccs.connect(d.config, "R")
+    with mccs.connect(d.config, "X") as x:
+        first = x.send("AAR", b"first")
+        assert r.recv(timeout=5).msg_id == first
+        d.stop()  # the counter jumps to the end of the id space, as 65,534 SENDs would take it
+        with sqlite3.connect(d.cfg.checkpoint) as db:
+            db.execute("UPDATE meta SET value = '65535' WHERE key = 'next_msg_id'")
+        db.close()
+        d.start()
+        ids = [x.send("AAR", b"second"), x.send("AAR", b"third")]
+    assert ids == [65535, first]
+    got = [r.recv(timeout=5) for _ in range(2)]
+    assert [(m.msg_id, m.data) for m in got] == [(65535, b"second"), (first, b"third")]
+    r.close()
