@@ -1,0 +1,98 @@
+"""`mccs bench analyze`: events per second of the `mccs analyze` Spark job over generated
+traces, read from JSON Lines and from the Parquet that `--compact` writes, on a session that is
+already running (its start time is reported apart). Inputs are generated once under --dir and
+reused by later runs, since generating ten million events takes minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+EVENTS_PER_MESSAGE = 13.5       # what tracegen writes per message with the spec below, keep-alives included
+SECONDS_PER_MESSAGE = 2.2       # traffic density: ~0.45 messages/s over 12 lines
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000],
+                   help="sizes of the inputs (approximate: tracegen writes whole messages)")
+    p.add_argument("--runs", type=int, default=3, help="runs per input and form; the median is reported")
+    p.add_argument("--master", default="local[2]", help="Spark master")
+    p.add_argument("--dir", default="/tmp/mccs-bench-analyze", help="generated inputs are kept (and reused) here")
+
+
+def dataset(root: Path, events: int) -> tuple[Path, int]:
+    """JSON Lines of about `events` events under root/events-N/json (generated unless there), and
+    the exact count."""
+    from tools.tracegen import generate
+    done = root / f"events-{events}" / "generated.json"
+    if not done.exists():
+        messages = round(events / EVENTS_PER_MESSAGE)
+        t0 = time.monotonic()
+        answers = generate(done.parent / "json", hosts=8, lines=12, messages=messages,
+                           duration=messages * SECONDS_PER_MESSAGE, outages=20, rotate_events=1_000_000,
+                           compress_rotated=False)
+        done.write_text(json.dumps({"events": answers["input"]["events"], "seconds": time.monotonic() - t0}))
+        print(f"generated {answers['input']['events']} events in {time.monotonic() - t0:.0f} s under {done.parent}",
+              flush=True)
+    return done.parent, json.loads(done.read_text())["events"]
+
+
+def compacted(spark, folder: Path) -> Path:
+    """The Parquet form of folder/json (written once, by the job `mccs analyze --compact` runs)."""
+    from tools.analyze_spark import compact
+    out = folder / "parquet"
+    if not (out / "_SUCCESS").exists():
+        t0 = time.monotonic()
+        compact(spark, [str(folder / "json")], str(out))
+        print(f"compacted to Parquet in {time.monotonic() - t0:.0f} s", flush=True)
+    return out
+
+
+def timed(spark, path: Path, events: int) -> float:
+    """Seconds for one whole analysis (every figure of summary.json, no report written)."""
+    from tools.analyze_spark import analyze
+    t0 = time.monotonic()
+    summary = analyze(spark, [str(path)])
+    seconds = time.monotonic() - t0
+    if summary["input"]["events"] != events:
+        raise RuntimeError(f"{path}: analysed {summary['input']['events']} events, generated {events}")
+    return seconds
+
+
+def run(args: argparse.Namespace) -> int:
+    from tools.analyze_spark import start_session
+    root = Path(args.dir)
+    inputs = [dataset(root, n) for n in args.events]          # before Spark, which would compete for the cores
+    t0 = time.monotonic()
+    spark = start_session(args.master)
+    start = time.monotonic() - t0
+    print(f"Spark session ({args.master}) started in {start:.1f} s", flush=True)
+    results = []
+    for folder, events in inputs:
+        forms = {"jsonl": folder / "json", "parquet": compacted(spark, folder)}
+        times: dict[str, list[float]] = {form: [] for form in forms}
+        for i in range(args.runs):                  # the forms alternate, so both see the same noise
+            for form, path in forms.items():
+                times[form].append(timed(spark, path, events))
+                print(f"  {events} events, {form:7s} run {i + 1}: {times[form][-1]:6.1f} s "
+                      f"({events / times[form][-1]:9.0f} events/s)", flush=True)
+        med = {form: statistics.median(t) for form, t in times.items()}
+        results.append({"events": events, "seconds": med, "events_per_second": {f: events / s for f, s in med.items()},
+                        "parquet_speedup": med["jsonl"] / med["parquet"], "runs": times})
+    version = spark.version
+    spark.stop()
+    print(f"\nmccs bench analyze ({platform.node()}, {os.cpu_count()} cores, Spark {version}, {args.master}, "
+          f"session start {start:.1f} s, median of {args.runs})")
+    print(f"  {'events':>10}  {'JSON Lines ev/s':>16}  {'Parquet ev/s':>13}  {'Parquet/JSON':>12}")
+    for r in results:
+        e = r["events_per_second"]
+        print(f"  {r['events']:>10}  {e['jsonl']:>16.0f}  {e['parquet']:>13.0f}  {r['parquet_speedup']:>11.2f}x")
+    print("  targets: >= 300000 events/s from JSON Lines over 10M events; Parquet >= 2x")
+    print(json.dumps({"bench": "analyze", "master": args.master, "cores": os.cpu_count(), "spark": version,
+                      "session_start_seconds": start, "results": results}))
+    return 0
