@@ -155,8 +155,7 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
     """The whole analysis: the summary dict (summary.json) plus the tables for the report
     under the private key `_tables`.
 
-    The input is parsed once, into the cached groups of `_grouped`."""
-    from pyspark import StorageLevel
+    The input is read twice: once for every count (`_one_pass`), once for the messages."""
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
@@ -167,31 +166,33 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
         in_window &= F.col("ts") >= since
     if until is not None:
         in_window &= F.col("ts") < until
-    groups = _grouped(events, in_window).persist(StorageLevel.MEMORY_AND_DISK)
-    totals = groups.agg(F.sum("n").alias("lines"), F.sum(F.when(F.col("bad"), F.col("n"))).alias("malformed"),
-                        F.sum(F.when(F.col("win"), F.col("n"))).alias("events"),
-                        F.min(F.when(F.col("win"), F.col("t_min"))).alias("start"),
-                        F.max(F.when(F.col("win"), F.col("t_max"))).alias("end")).first()
-    if not totals["events"]:
-        groups.unpersist()
-        raise AnalyzeError(f"no valid trace events in the window ({totals['lines'] or 0} lines read, "
-                           f"{totals['malformed'] or 0} malformed): check the paths and --since/--until")
-    ws = since if since is not None else totals["start"]
-    we = until if until is not None else totals["end"]
-    win = groups.filter(F.col("win"))
-    counts = _counts(win)
-    minutes = _minutes(win)
-    up, baud = _up_intervals(groups, ws, we)
+    sides, minutes, up_down = _one_pass(events, in_window)
+    events_in = sum(r["n"] for r in sides if r["win"])
+    if not events_in:
+        raise AnalyzeError(f"no valid trace events in the window ({sum(r['n'] for r in sides)} lines read, "
+                           f"{sum(r['n'] for r in sides if r['bad'])} malformed): check the paths and "
+                           f"--since/--until")
+    ws = since if since is not None else min(r["t_min"] for r in sides if r["win"])
+    we = until if until is not None else max(r["t_max"] for r in sides if r["win"])
+    counts: dict[tuple, dict] = {}
+    for r in sides:             # rows apart only by up/down time or proto are one count here
+        key = (r["type"], r["host"], r["line"], r["dir"], r["kind"])
+        if r["win"] and key in counts:
+            c = counts[key]
+            c.update({k: c[k] + r[k] for k in ("n", "bytes", "retrans", "bad_frames", "data_messages")},
+                     proto=max(filter(None, (c["proto"], r["proto"])), default=None))
+        elif r["win"]:
+            counts[key] = r
+    up, baud = _up_intervals(up_down, ws, we)
+    messages, hosts_hwm, histogram, problems = _messages(events.filter(in_window))
     directions = _directions(counts, minutes, up, baud, ws, we)
-    messages, hosts_hwm, histogram, problems = _messages(win)
-    groups.unpersist()
     summary = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "engine": {"spark": spark.version, "master": spark.sparkContext.master,
                    "seconds": round(time.monotonic() - t0, 3)},
-        "input": {"paths": [str(p) for p in paths], **read, "lines": totals["lines"],
-                  "events": totals["events"], "malformed": totals["malformed"] or 0,
+        "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["n"] for r in sides),
+                  "events": events_in, "malformed": sum(r["n"] for r in sides if r["bad"]),
                   "since": since, "until": until,
                   "window": {"start": ws, "end": we, "seconds": we - ws}},
         "directions": directions,
@@ -203,81 +204,74 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
     return summary
 
 
-def _grouped(events, in_window):
-    """One scan folds every event into groups: frames by (host, line, dir, kind, minute), line
-    and msg events by kind, up/down and msg events kept one by one (with their time and key).
-    Small enough to cache; every figure is computed from it."""
+def _one_pass(events, in_window) -> tuple[list[dict], list[dict], list[dict]]:
+    """One scan, one aggregation over two grouping sets: figures per (malformed, in window, type,
+    host, line, dir, kind, proto), with the few up/down events kept one by one (also those outside
+    the window, which give the line state at its start); and frames per (host, line, dir, minute).
+    Returns (sides, minutes, up/down events). Only fixed-width aggregates (no max of a string):
+    those keep Spark on its hash aggregation instead of a sort."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
-    is_data = F.col("kind").isin(*DATA_KINDS)
-    data_msg = (is_data & F.col("origin").isNotNull() & F.col("msg_id").isNotNull()
+    up_down = ~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down") & F.col("line").isNotNull()
+    frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
+    data_msg = (F.col("kind").isin(*DATA_KINDS) & F.col("origin").isNotNull() & F.col("msg_id").isNotNull()
                 & F.coalesce(F.col("ok"), F.lit(True)) & ~F.coalesce(F.col("retransmit"), F.lit(False)))
-    is_msg = F.col("type") == "msg"
-    one_by_one = is_msg | ((F.col("type") == "line") & F.col("kind").isin("up", "down"))
-    return (events.groupBy("bad", in_window.alias("win"), "type", "host", "line", "dir", "kind",
-                           F.when(F.col("type") == "frame", F.floor(F.col("ts") / MINUTE)).alias("minute"),
-                           F.when(one_by_one, F.col("ts")).alias("ev_ts"),
-                           F.when(is_msg, F.col("origin")).alias("m_origin"),
-                           F.when(is_msg, F.col("msg_id")).alias("m_id"),
-                           F.when(is_msg, F.substring("to_id", 1, 2)).alias("to_host"))
-            .agg(F.count(F.lit(1)).alias("n"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
-                 F.sum(F.coalesce(F.col("retransmit"), F.lit(False)).cast("long")).alias("retrans"),
-                 F.sum((F.col("ok") == F.lit(False)).cast("long")).alias("bad_frames"),
-                 F.sum(data_msg.cast("long")).alias("data_messages"),
-                 F.max("proto").alias("proto"), F.max("baud").alias("baud"),
-                 F.min("ts").alias("t_min"), F.max("ts").alias("t_max")))
+    keys = events.select("*", in_window.alias("win"), F.when(up_down, F.col("ts")).alias("ud_ts"),
+                         F.when(up_down, F.col("baud")).alias("ud_baud"),
+                         F.when(frame, F.floor(F.col("ts") / MINUTE)).alias("minute"))
+    side_keys = ("bad", "win", "type", "host", "line", "dir", "kind", "proto", "ud_ts", "ud_baud")
+    minute_keys = ("host", "line", "dir", "minute")
+    agg = (keys.groupingSets([side_keys, minute_keys], *dict.fromkeys(side_keys + minute_keys))
+           .agg(F.grouping_id().alias("set"), F.count(F.lit(1)).alias("n"),
+                F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
+                F.count(F.when(F.col("retransmit"), 1)).alias("retrans"),
+                F.count(F.when(F.col("ok") == F.lit(False), 1)).alias("bad_frames"),
+                F.count(F.when(data_msg, 1)).alias("data_messages"),
+                F.count(F.when(F.col("kind").isin(*DATA_KINDS), 1)).alias("data_frames"),
+                F.min("ts").alias("t_min"), F.max("ts").alias("t_max"))
+           .persist(StorageLevel.MEMORY_AND_DISK))
+    try:                        # grouping_id sets a bit for each key left out: for sides only minute (last)
+        sides = [r.asDict() for r in agg.filter(F.col("set") == 1).collect()]
+        # minutes reach Python as a few rows of number arrays: a million Rows would take longer than the job
+        columns = ("minute", "n", "bytes", "retrans", "data_frames")
+        per_dir = (agg.filter((F.col("set") != 1) & F.col("minute").isNotNull()).groupBy("host", "line", "dir")
+                   .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
+                   .select("host", "line", "dir", *[F.col(f"m.{c}").alias(c) for c in columns]).collect())
+    finally:
+        agg.unpersist()
+    minutes = [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
+                "minute": int(m) * int(MINUTE), "frames": n, "bytes": b, "retransmissions": rt, "data_frames": d}
+               for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]))
+               for m, n, b, rt, d in zip(*(r[c] for c in columns))]
+    return sides, minutes, [r for r in sides if r["ud_ts"] is not None]
 
 
-def _counts(win) -> dict:
-    """(type, host, line, dir, kind) -> figures."""
-    from pyspark.sql import functions as F
-    rows = (win.groupBy("type", "host", "line", "dir", "kind")
-            .agg(F.sum("n").alias("n"), F.sum("bytes").alias("bytes"), F.sum("retrans").alias("retrans"),
-                 F.sum("bad_frames").alias("bad"), F.sum("data_messages").alias("data_messages"),
-                 F.max("proto").alias("proto"))
-            .collect())
-    return {(r["type"], r["host"], r["line"], r["dir"], r["kind"]): r.asDict() for r in rows}
-
-
-def _minutes(win) -> list[dict]:
-    """Frames per (line, host, dir, minute): throughput and retransmissions over time."""
-    from pyspark.sql import functions as F
-    frames = win.filter((F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull())
-    rows = (frames.groupBy("host", "line", "dir", "minute")
-            .agg(F.sum("n").alias("frames"), F.sum("bytes").alias("bytes"),
-                 F.sum("retrans").alias("retransmissions"),
-                 F.sum(F.when(F.col("kind").isin(*DATA_KINDS), F.col("n")).otherwise(0)).alias("data_frames"))
-            .collect())
-    out = [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
-            "minute": int(r["minute"]) * int(MINUTE), "frames": r["frames"], "bytes": r["bytes"],
-            "retransmissions": r["retransmissions"], "data_frames": r["data_frames"]} for r in rows]
-    return sorted(out, key=lambda r: (r["line"], r["host"], r["dir"], r["minute"]))
-
-
-def _up_intervals(groups, ws: float, we: float) -> tuple[list[dict], dict]:
-    """UP intervals per (host, line) clipped to [ws, we], from every up/down event (also those
-    before the window, which give the state at its start), and the latest baud of each line."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-    ud = (groups.filter(~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down")
-                        & F.col("line").isNotNull() & (F.col("ev_ts") <= we))
-          .select("host", "line", "kind", "baud", F.col("ev_ts").alias("ts")))
-    order = Window.partitionBy("host", "line").orderBy("ts")
-    changes = (ud.withColumn("prev", F.lag("kind").over(order))
-               .filter(F.col("prev").isNull() | (F.col("prev") != F.col("kind")))
-               .withColumn("next_ts", F.lead("ts").over(order))
-               .withColumn("first", F.row_number().over(order) == 1))
-    starts = F.when(F.col("kind") == "up", F.col("ts")).otherwise(F.lit(ws))
-    ends = F.when(F.col("kind") == "up", F.coalesce("next_ts", F.lit(we))).otherwise(F.col("ts"))
-    rows = (changes.filter((F.col("kind") == "up") | F.col("first"))
-            .select("host", "line", F.greatest(starts, F.lit(ws)).alias("start"),
-                    F.least(ends, F.lit(we)).alias("end"))
-            .filter(F.col("end") > F.col("start")).collect())
-    up = sorted(({"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "peer": r["line"],
-                  "start": r["start"], "end": r["end"]} for r in rows),
-                key=lambda r: (r["line"], r["host"], r["start"]))
-    bauds = (ud.filter(F.col("baud").isNotNull()).groupBy("host", "line")
-             .agg(F.max_by("baud", "ts").alias("baud")).collect())
-    return up, {(r["host"], r["line"]): r["baud"] for r in bauds}
+def _up_intervals(up_down: list[dict], ws: float, we: float) -> tuple[list[dict], dict]:
+    """UP intervals per (host, line) clipped to [ws, we], from every up/down event up to we (those
+    before the window give the state at its start; a first `down` means UP before it), and the
+    latest baud of each line."""
+    by_side: dict[tuple, list[dict]] = {}
+    for e in sorted(up_down, key=lambda e: e["ud_ts"]):
+        if e["ud_ts"] <= we:
+            by_side.setdefault((e["host"], e["line"]), []).append(e)
+    up, bauds = [], {}
+    for (host, peer), events in sorted(by_side.items()):
+        changes = [e for i, e in enumerate(events) if i == 0 or events[i - 1]["kind"] != e["kind"]]
+        for i, e in enumerate(changes):
+            if e["kind"] == "up":
+                start, end = e["ud_ts"], changes[i + 1]["ud_ts"] if i + 1 < len(changes) else we
+            elif i == 0:
+                start, end = ws, e["ud_ts"]
+            else:
+                continue
+            start, end = max(start, ws), min(end, we)
+            if end > start:
+                up.append({"line": "-".join(sorted((host, peer))), "host": host, "peer": peer,
+                           "start": start, "end": end})
+        with_baud = [e for e in events if e["ud_baud"] is not None]
+        if with_baud:
+            bauds[(host, peer)] = with_baud[-1]["ud_baud"]
+    return sorted(up, key=lambda r: (r["line"], r["host"], r["start"])), bauds
 
 
 def _directions(counts: dict, minutes: list[dict], up: list[dict], baud: dict, ws: float, we: float):
@@ -313,7 +307,7 @@ def _directions(counts: dict, minutes: list[dict], up: list[dict], baud: dict, w
                 "data_messages": sum(v["data_messages"] for v in frames),
                 "retransmissions": sum(v["retrans"] for v in frames), "naks": naks,
                 "reject_rate": naks / other_data if other_data else None,
-                "crc_failures": sum(v["bad"] for v in frames),
+                "crc_failures": sum(v["bad_frames"] for v in frames),
                 "timeouts": line_ev.get("timeout", 0) if dir_ == "tx" else 0,
                 "retries": line_ev.get("retry", 0) if dir_ == "tx" else 0,
                 "downs": line_ev.get("down", 0),
@@ -337,13 +331,12 @@ def _messages(win):
     from pyspark.sql import functions as F
 
     rank = F.create_map(*[x for k, i in KIND_ORDER.items() for x in (F.lit(k), F.lit(i))])
-    msg = (win.filter((F.col("type") == "msg") & F.col("m_origin").isNotNull() & F.col("m_id").isNotNull())
-           .select("host", "kind", F.col("m_origin").alias("origin"), F.col("m_id").alias("msg_id"),
-                   F.col("ev_ts").alias("ts"), "to_host", "n",
+    msg = (win.filter((F.col("type") == "msg") & F.col("origin").isNotNull() & F.col("msg_id").isNotNull())
+           .select("host", "kind", "origin", "msg_id", "ts", F.substring("to_id", 1, 2).alias("to_host"),
                    F.coalesce(rank[F.col("kind")], F.lit(99)).alias("rank")))
     order = (Window.partitionBy("origin", "msg_id").orderBy("ts", "rank")
              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    msg = msg.withColumn("gen", F.sum(F.when(F.col("kind") == "accepted", F.col("n")).otherwise(0)).over(order))
+    msg = msg.withColumn("gen", F.count(F.when(F.col("kind") == "accepted", 1)).over(order))
 
     def first(kind, what):
         return F.min(F.when(F.col("kind") == kind, F.struct("ts", what)))
@@ -351,7 +344,7 @@ def _messages(win):
     per = (msg.groupBy("origin", "msg_id", "gen")
            .agg(first("accepted", "to_host").alias("acc"), first("acked", "host").alias("ack"),
                 first("received", "host").alias("recv"), first("delivered", "host").alias("deliv"),
-                *[F.sum(F.when(F.col("kind") == k, F.col("n")).otherwise(0)).alias(a)
+                *[F.count(F.when(F.col("kind") == k, 1)).alias(a)
                   for k, a in (("received", "n_recv"), ("delivered", "n_deliv"), ("duplicate", "n_dup"))])
            .withColumn("latency", F.col("deliv.ts") - F.col("acc.ts"))
            .persist(StorageLevel.MEMORY_AND_DISK))
