@@ -8,12 +8,13 @@ ranks, as numpy's default), not an approximation.
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +28,8 @@ FIELDS = (("v", "long"), ("ts", "double"), ("host", "string"), ("line", "string"
           ("msg_id", "long"), ("from_id", "string"), ("to_id", "string"), ("user_id", "long"),
           ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"))
 KIND_ORDER = {k: i for i, k in enumerate(MSG_KINDS)}      # breaks ties of equal timestamps
+# Errors only. The gateway's own level, set equal to the root's, stops Spark announcing that it
+# changed the root's ("Setting default log level ...", printed as PySpark counts as a shell).
 LOG4J = """rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
@@ -34,6 +37,8 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
 """
 
 
@@ -54,24 +59,43 @@ def start_session(master: str | None = None, driver_memory: str = "3g"):
                            "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     log4j = Path(tempfile.gettempdir(), "mccs-analyze-log4j2.properties")
     log4j.write_text(LOG4J)
     master = master or "local[*]"
-    builder = (SparkSession.builder.master(master).appName("mccs-analyze")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", "16")
-               .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
-               .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
-               .config("spark.executor.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"))
+    options = {"spark.master": master, "spark.app.name": "mccs-analyze", "spark.ui.enabled": "false",
+               "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
+               "spark.sql.shuffle.partitions": "16",
+               "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+               "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+               "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
     if master.startswith("local"):
-        builder = builder.config("spark.driver.memory", driver_memory)
-    spark = builder.getOrCreate()
+        options["spark.driver.memory"] = driver_memory
+    _start_jvm(SparkConf().setAll(list(options.items())))
+    spark = SparkSession.builder.config(map=options).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _start_jvm(conf) -> None:
+    """Start Spark's JVM (once per process) with its stderr through a filter: the JVM itself prints
+    `WARNING: Using incubator modules` for a module Spark adds, before any log level applies."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+    if SparkContext._gateway is not None:
+        return
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=_pass_stderr, args=(gateway.proc.stderr,), daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
+def _pass_stderr(pipe) -> None:
+    for line in pipe:
+        if not line.startswith(b"WARNING: Using incubator modules"):
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
 
 
 # -- finding and reading traces ---------------------------------------------------------------
@@ -332,20 +356,33 @@ def _messages(win):
 
     rank = F.create_map(*[x for k, i in KIND_ORDER.items() for x in (F.lit(k), F.lit(i))])
     msg = (win.filter((F.col("type") == "msg") & F.col("origin").isNotNull() & F.col("msg_id").isNotNull())
-           .select("host", "kind", "origin", "msg_id", "ts", F.substring("to_id", 1, 2).alias("to_host"),
+           .select("kind", "origin", "msg_id", "ts", _code(F.col("host")).alias("host"),
+                   _code(F.substring("to_id", 1, 2)).alias("to_host"),
                    F.coalesce(rank[F.col("kind")], F.lit(99)).alias("rank")))
     order = (Window.partitionBy("origin", "msg_id").orderBy("ts", "rank")
              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
     msg = msg.withColumn("gen", F.count(F.when(F.col("kind") == "accepted", 1)).over(order))
 
-    def first(kind, what):
-        return F.min(F.when(F.col("kind") == kind, F.struct("ts", what)))
+    def at(kind, column):
+        return F.min(F.when(F.col("kind") == kind, F.col(column)))
 
+    def event(prefix, **more):
+        """The time of a message's first event of a kind (and where), null when it has none."""
+        ts = F.col(f"{prefix}_ts")
+        return F.when(ts.isNotNull(), F.struct(ts.alias("ts"), *[_decode(F.col(c)).alias(k) for k, c in more.items()]))
+
+    # Only numbers are aggregated (hosts as codes): that keeps Spark on a hash aggregation.
+    # A message is received and delivered at one host, so the least host code is that host.
     per = (msg.groupBy("origin", "msg_id", "gen")
-           .agg(first("accepted", "to_host").alias("acc"), first("acked", "host").alias("ack"),
-                first("received", "host").alias("recv"), first("delivered", "host").alias("deliv"),
+           .agg(at("accepted", "ts").alias("acc_ts"), at("accepted", "to_host").alias("acc_to"),
+                at("acked", "ts").alias("ack_ts"), at("received", "ts").alias("recv_ts"),
+                at("received", "host").alias("recv_host"), at("delivered", "ts").alias("deliv_ts"),
+                at("delivered", "host").alias("deliv_host"),
                 *[F.count(F.when(F.col("kind") == k, 1)).alias(a)
                   for k, a in (("received", "n_recv"), ("delivered", "n_deliv"), ("duplicate", "n_dup"))])
+           .select("origin", "msg_id", "gen", "n_recv", "n_deliv", "n_dup", event("acc", to_host="acc_to").alias("acc"),
+                   event("ack").alias("ack"), event("recv", host="recv_host").alias("recv"),
+                   event("deliv", host="deliv_host").alias("deliv"))
            .withColumn("latency", F.col("deliv.ts") - F.col("acc.ts"))
            .persist(StorageLevel.MEMORY_AND_DISK))
     known = F.col("gen") > 0
@@ -375,6 +412,17 @@ def _messages(win):
     hwm = _high_water(per)
     per.unpersist()
     return messages, hwm, histogram, problems
+
+
+def _code(host):
+    """A host id (a few ASCII characters) as a number, and back."""
+    from pyspark.sql import functions as F
+    return F.conv(F.hex(host), 16, 10).cast("long")
+
+
+def _decode(code):
+    from pyspark.sql import functions as F
+    return F.unhex(F.conv(code, 10, 16)).cast("string")
 
 
 def _histogram(lat) -> list[dict]:
@@ -436,12 +484,3 @@ def compact(spark, paths: list[str], out: str) -> dict:
     n = events.count() - malformed
     events.unpersist()
     return {**read, "events": n, "malformed": malformed, "out": str(out)}
-
-
-def default_cores() -> int:
-    return max(1, os.cpu_count() or 1)
-
-
-def finite(x):
-    """JSON has no NaN: None instead."""
-    return None if isinstance(x, float) and not math.isfinite(x) else x
