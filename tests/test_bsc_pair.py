@@ -91,3 +91,4 @@ def test_soak_many_seeds(seed):
                    channel=channel, recv_capacity=(None, 4)[seed % 2], drain_rate=(None, 5)[seed % 2],
                    confirm_delay=0.01)
     res.check()
+    assert len(res.a.received) == len(res.b.received) == N
