@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from tools.analyze_schema import DIRECTION_COLUMNS, HOST_COLUMNS, LINE_COLUMNS
+from tools.analyze_schema import DIRECTION_COLUMNS, HOST_COLUMNS, LINE_COLUMNS, MINUTE
 
 EXIT_USAGE = 2
 
@@ -91,18 +91,25 @@ def _plots(summary: dict, tables: dict, out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = []
+    ws, we = summary["input"]["window"]["start"], summary["input"]["window"]["end"]
+
+    def part(minute: int) -> tuple[float, float]:
+        """The middle of a minute's share of the window (minutes from its start) and its seconds:
+        a run shorter than a minute is one partial minute, not a rate over sixty seconds."""
+        lo, hi = max(minute, ws), min(minute + MINUTE, we)
+        return ((lo + hi) / 2 - ws) / 60, max(hi - lo, 1e-3)
     lines = sorted({m["line"] for m in tables["minutes"]})
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for ln in lines:
-        rows = [m for m in tables["minutes"] if m["line"] == ln and m["dir"] == "tx"]
         per: dict[int, list[int]] = {}
-        for m in rows:
-            v = per.setdefault(m["minute"], [0, 0])
-            v[0] += m["bytes"]
-            v[1] += m["retransmissions"]
+        for m in tables["minutes"]:
+            if m["line"] == ln and m["dir"] == "tx":
+                v = per.setdefault(m["minute"], [0, 0])
+                v[0] += m["bytes"]
+                v[1] += m["retransmissions"]
         xs = sorted(per)
-        a1.plot([(x - xs[0]) / 60 for x in xs] if xs else [], [per[x][0] / 60 for x in xs], label=ln)
-        a2.plot([(x - xs[0]) / 60 for x in xs] if xs else [], [per[x][1] for x in xs], label=ln)
+        a1.plot([part(x)[0] for x in xs], [per[x][0] / part(x)[1] for x in xs], marker="o", label=ln)
+        a2.plot([part(x)[0] for x in xs], [per[x][1] * 60 / part(x)[1] for x in xs], marker="o", label=ln)
     a1.set_ylabel("bytes/s sent (both ends)")
     a2.set_ylabel("retransmissions/min")
     a2.set_xlabel("minutes")
@@ -124,9 +131,8 @@ def _plots(summary: dict, tables: dict, out: Path) -> list[str]:
     names.append("latency.png")
     fig, ax = plt.subplots(figsize=(10, 1 + 0.4 * max(1, len(summary["directions"]) // 2)))
     sides = sorted({(u["line"], u["host"]) for u in tables["up"]})
-    w0 = summary["input"]["window"]["start"]
     for i, side in enumerate(sides):
-        spans = [((u["start"] - w0) / 60, (u["end"] - u["start"]) / 60) for u in tables["up"] if (u["line"], u["host"]) == side]
+        spans = [((u["start"] - ws) / 60, (u["end"] - u["start"]) / 60) for u in tables["up"] if (u["line"], u["host"]) == side]
         ax.broken_barh(spans, (i - 0.4, 0.8), color="tab:green")
     ax.set_yticks(range(len(sides)), [f"{ln} at {h}" for ln, h in sides])
     ax.set_xlabel("minutes (green: UP)")
