@@ -226,8 +226,8 @@ class Daemon:
             conn.reply({"id": rid, "ok": False, "code": "name_in_use",
                         "error": f"process {pid.rstrip()!r} is held by another live connection"})
             return
-        if conn.name and conn.name != pid:
-            self.names.pop(conn.name, None)
+        if conn.name and conn.name != pid:  # its waiting RECVs and handed messages belong to that name
+            raise FrameError(f"this connection is process {conn.name.rstrip()!r}; connect again for another name")
         conn.name = pid
         self.names[pid] = conn
         conn.reply({"id": rid, "ok": True, "process": pid, "host": self.host, "max_message": self.cfg.max_message,

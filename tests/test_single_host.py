@@ -288,7 +288,7 @@ def test_wrong_types_in_requests_get_errors_not_crashes(host):
     d = host()
     raw = socket.socket(socket.AF_UNIX)
     raw.connect(d.cfg.socket)
-    bad = [{"op": "hello", "name": 5}, {"op": "hello", "name": "T"}, {"op": "recv", "from": 123},
+    bad = [{"op": "hello", "name": 5}, {"op": "hello", "name": "T"}, {"op": "hello", "name": "U"}, {"op": "recv", "from": 123},
            {"op": "recv", "timeout": "soon"}, {"op": "recv", "user_id": 70000}, {"op": "confirm", "rid": [1]},
            {"op": "send", "to": "AAX", "data": "eA==", "user_id": -1}, {"op": "send", "to": None, "data": "eA=="},
            {"op": "recv", "timeout": float("nan")}, {"op": "recv", "timeout": float("inf")},
@@ -296,9 +296,10 @@ def test_wrong_types_in_requests_get_errors_not_crashes(host):
     for obj in bad:
         raw.sendall(frame(obj) if isinstance(obj, dict) else struct.pack(">I", 5) + b"[1,2]")
     replies = [_read(raw) for _ in bad]
-    assert [r["ok"] for r in replies] == [False, True] + [False] * 11
+    assert [r["ok"] for r in replies] == [False, True] + [False] * 12
+    assert "connect again" in replies[2]["error"]
     with mccs.connect(d.config, "S") as s:
-        assert s.status()["counters"]["bad_requests"] >= 12
+        assert s.status()["counters"]["bad_requests"] >= 13
     before = _cpu_seconds(d.proc.pid)  # a NaN timer would spin the loop: the daemon idles
     time.sleep(1.0)
     assert _cpu_seconds(d.proc.pid) - before < 0.5
