@@ -227,7 +227,10 @@ def test_loopback_traces_agree_with_its_verdict(spark, tmp_path):
     m = summary["messages"]
     assert (m["lost"], m["duplicated"]) == (v["lost"], v["duplicated"])
     assert (m["accepted"], m["delivered"], m["pending"], m["unmatched"]) == (v["sent"], v["delivered"], 0, 0)
-    # no daemon restarted, so the daemons' counters cover the whole run, as the traces do
+    # No daemon restarted, so the daemons' counters cover the run as the traces do; but the
+    # verdict reads them while the lines still carry keep-alives, which may meet an error or
+    # two more before the daemons stop: the traces hold at least as many, and hardly more.
     traced = {k: sum(d[k] for d in summary["directions"]) for k in ("crc_failures", "retransmissions", "timeouts")}
-    assert traced == {"crc_failures": v["crc_errors"], "retransmissions": v["retransmissions"],
-                      "timeouts": v["timeouts"]} and traced["crc_failures"] > 0
+    counted = {"crc_failures": v["crc_errors"], "retransmissions": v["retransmissions"], "timeouts": v["timeouts"]}
+    assert all(counted[k] <= traced[k] <= counted[k] + 2 for k in traced), (traced, counted)
+    assert traced["crc_failures"] > 0
