@@ -64,8 +64,10 @@ def test_wait_nowait_and_timeout(host):
         t0 = time.monotonic()
         assert w.recv(timeout=0.4) is None
         assert 0.35 <= time.monotonic() - t0 < 5
-        threading.Timer(0.3, lambda: s.send("AAW", b"late")).start()
+        late = threading.Timer(0.3, lambda: s.send("AAW", b"late"))
+        late.start()
         assert w.recv().data == b"late"  # a waiting RECV is answered when the message arrives
+        late.join()  # the SEND has its reply before `s` is closed
 
 
 def test_recv_from_unlinked_host_returns_blank_at_once(host):
