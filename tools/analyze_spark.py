@@ -86,7 +86,10 @@ def _start_jvm(conf) -> None:
     from pyspark.java_gateway import launch_gateway
     if SparkContext._gateway is not None:
         return
-    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    except TypeError:  # a pyspark without popen_kwargs: no filter, the warning shows, nothing else changes
+        return
     threading.Thread(target=_pass_stderr, args=(gateway.proc.stderr,), daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
