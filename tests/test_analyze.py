@@ -180,10 +180,10 @@ def cluster(tmp_path):
     env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1"}
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
-    cls = [f"{home}/bin/spark-class", "org.apache.spark.deploy"]
-    commands = {"master": [cls[0], f"{cls[1]}.master.Master", "--host", "127.0.0.1", "--port", str(port),
+    spark_class, deploy = f"{home}/bin/spark-class", "org.apache.spark.deploy"
+    commands = {"master": [spark_class, f"{deploy}.master.Master", "--host", "127.0.0.1", "--port", str(port),
                            "--webui-port", "0"],
-                "worker": [cls[0], f"{cls[1]}.worker.Worker", url, "--host", "127.0.0.1", "--webui-port", "0",
+                "worker": [spark_class, f"{deploy}.worker.Worker", url, "--host", "127.0.0.1", "--webui-port", "0",
                            "--cores", "1", "--memory", "1g", "--work-dir", str(tmp_path / "work")]}
     procs = []
     try:
