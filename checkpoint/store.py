@@ -1,243 +1,227 @@
 """The checkpoint: one SQLite file per host holding WAIT_LIST's SEND requests, SEND_LIST,
-RECV_LIST, the MSG_ID counter and the duplicate window (DESIGN.md section 5).
+RECV_LIST, the MSG_ID counter, the duplicate window and the sent window (DESIGN.md section 5).
 
-Every change of a list is made inside `transaction()`; the daemon wraps one loop pass in one
-transaction (group commit) and lets nothing that depends on the pass leave before it commits.
-sqlite-utils builds the schema; the hot paths use the connection directly (FACTS.md: ~2.5 µs a
-statement against ~70 µs through sqlite-utils).
+The daemon's core hands over a pass's changes as data (`checkpoint.changes`); `apply()` runs
+them in one transaction and commits (group commit) before anything that depends on them leaves
+the daemon. A checkpoint is created only on a first start (no file and no trace of an earlier
+one) or when the operator asks for a new one: an empty or missing file that a daemon used
+before is refused, never silently replaced by an empty host.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import fcntl
 import os
+import secrets
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlite_utils
 
-SCHEMA_VERSION = 1
-DUP_WINDOW = 8192  # MSG_IDs per origin, by distance in the origin's id space (not by count received here)
-ID_SPACE = 65535  # MSG_IDs are 1..65535
-SEND_DONE_KEEP = 65536  # finished SEND request ids remembered for retries
+from .changes import MSGBLOK_COLUMNS, Change, PendingSend, Row, Table
+
+SCHEMA_VERSION = 2
+SIDE_FILES = ("-wal", "-shm")
 
 
 class CheckpointError(RuntimeError):
     """The checkpoint cannot be used; the message says why and what to do. The file is left as it is."""
 
 
-@dataclass
-class Row:
-    """A MSGBLOK as stored: `seq` orders the lists and survives restarts."""
-    seq: int
-    to_id: str
-    from_id: str
-    msg_id: int
-    user_id: int
-    data: bytes
-    ts: float
-
-
-@dataclass
-class PendingSend:
-    """A SEND PRQBLOK still on WAIT_LIST (its list was full), kept so a retry finds it."""
-    req: str
-    from_id: str
-    to_id: str
-    user_id: int
-    data: bytes
+class CheckpointFull(CheckpointError):
+    """The disk (or the file system holding the checkpoint) is full: the pass was rolled back."""
 
 
 @dataclass
 class Restored:
+    """Everything the lists held at the last commit."""
     send_list: list[Row]
     recv_list: list[Row]
     wait_list: list[PendingSend]
     next_msg_id: int
-    dup_keys: list[tuple[str, int]]  # oldest first
+    next_seq: int
+    dup_keys: list[tuple[str, int]]  # (origin, MSG_ID) received, oldest first
+    sent_keys: list[tuple[str, int]]  # (destination host, MSG_ID) sent, oldest first
+    epoch: str
 
 
 class Checkpoint:
-    def __init__(self, path: str | os.PathLike, host_id: str, synchronous: str = "full"):
+    def __init__(self, path: str | os.PathLike, host_id: str, synchronous: str = "full", *, new: bool = False):
         self.path = Path(path)
         self.host_id = host_id
-        self._lock_fd = self._lock()
+        self._lock_fd, first_start = self._lock()
         try:
-            self.conn = self._open(synchronous)
+            self.conn = self._open(synchronous, new, first_start)
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self._dups: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-        self._dup_set: set[tuple[str, int]] = set()
         self.commits = 0
-        self._sends = 0
 
     # -- opening -------------------------------------------------------------------------
-    def _lock(self) -> int:
-        """One daemon per checkpoint: an flock on a side file, released by the kernel if we die."""
+    def _lock(self) -> tuple[int, bool]:
+        """One daemon per checkpoint: an flock on a side file, released by the kernel if we die.
+        The lock file outlives the daemon, so it also tells that this checkpoint was used before."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        lock = Path(f"{self.path}.lock")
+        first_start = not lock.exists()
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise CheckpointError(f"checkpoint {self.path} is in use by another daemon (lock {self.path}.lock)") from None
-        return fd
+            raise CheckpointError(f"checkpoint {self.path} is in use by another daemon (lock {lock})") from None
+        return fd, first_start
 
-    def _open(self, synchronous: str) -> sqlite3.Connection:
-        new = not self.path.exists() or self.path.stat().st_size == 0
+    def _open(self, synchronous: str, new: bool, first_start: bool) -> sqlite3.Connection:
+        exists = self.path.exists()
+        empty = not exists or self.path.stat().st_size == 0
+        if new:
+            if not empty:
+                raise CheckpointError(f"--new-checkpoint: {self.path} already holds a checkpoint; it is not "
+                                      "replaced. Move it aside first if you really mean to start this host empty")
+            self._move_aside(exists)
+        elif empty and (exists or not first_start or self._side_files()):
+            what = "is empty" if exists else "is missing"
+            raise CheckpointError(
+                f"checkpoint {self.path} {what}, but a daemon used it before ({self.path}.lock"
+                f"{' and a WAL' if self._side_files() else ''} beside it): its queued messages and MSG_IDs would be "
+                "lost. Restore it from a backup, or start this host empty on purpose with "
+                "'mccs daemon --new-checkpoint'")
         old_umask = os.umask(0o077)  # the checkpoint and its WAL are owner-only
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            if not new:
+            if not empty:
                 self._check_integrity(conn)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            if new:
+            if empty:
                 self._create(conn)
             self._check_identity(conn)
         except sqlite3.DatabaseError as e:
             raise CheckpointError(f"checkpoint {self.path} is not a usable SQLite database ({e}); "
-                                  "it was left untouched: move it aside to start empty, or restore a backup") from None
+                                  "it was left untouched: restore a backup, or move it aside and start "
+                                  "empty with 'mccs daemon --new-checkpoint'") from None
         finally:
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
         return conn
 
+    def _side_files(self) -> list[Path]:
+        return [p for p in (Path(f"{self.path}{s}") for s in SIDE_FILES) if p.exists()]
+
+    def _move_aside(self, exists: bool) -> None:
+        """A new checkpoint never reads an old WAL: leftovers are renamed, not deleted."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        for p in self._side_files() + ([self.path] if exists else []):
+            p.rename(f"{p}.{stamp}.old")
+
     def _check_integrity(self, conn: sqlite3.Connection) -> None:
         result = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
         if result != ["ok"]:
             raise CheckpointError(f"checkpoint {self.path} failed SQLite's integrity check: {'; '.join(result[:3])}. "
-                                  "It was left untouched: move it aside to start empty, or restore a backup")
+                                  "It was left untouched: restore a backup, or move it aside and start empty "
+                                  "with 'mccs daemon --new-checkpoint'")
 
     def _create(self, conn: sqlite3.Connection) -> None:
         db = sqlite_utils.Database(conn)
         msgblok = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes, "ts": float}
         with conn:
             conn.execute("BEGIN")
-            db["meta"].create({"key": str, "value": str}, pk="key")
-            db["send_list"].create(msgblok, pk="seq")
-            db["recv_list"].create(msgblok, pk="seq")
-            db["wait_list"].create({"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int,
-                                    "data": bytes}, pk="req")
-            db["send_done"].create({"req": str, "seq": int, "msg_id": int, "to_id": str}, pk="req")
-            db["send_done"].create_index(["seq"])
-            db["dup_window"].create({"origin": str, "msg_id": int, "seq": int}, pk=("origin", "msg_id"))
-            db["meta"].insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
-                                   {"key": "host_id", "value": self.host_id},
-                                   {"key": "next_msg_id", "value": "1"},
-                                   {"key": "next_seq", "value": "1"}])
+            db[Table.META].create({"key": str, "value": str}, pk="key")
+            db[Table.SEND_LIST].create(msgblok, pk="seq")
+            db[Table.RECV_LIST].create(msgblok, pk="seq")
+            db[Table.WAIT_LIST].create({"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int,
+                                        "data": bytes}, pk="req")
+            db[Table.SEND_DONE].create({"req": str, "seq": int, "msg_id": int, "to_id": str}, pk="req")
+            db[Table.SEND_DONE].create_index(["seq"])
+            db[Table.DUP_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+            db[Table.SENT_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+            db[Table.META].insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                                       {"key": "host_id", "value": self.host_id},
+                                       {"key": "next_msg_id", "value": "1"},
+                                       {"key": "next_seq", "value": "1"},
+                                       {"key": "epoch", "value": secrets.token_hex(4)}])
 
     def _check_identity(self, conn: sqlite3.Connection) -> None:
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        if meta.get("schema_version") != str(SCHEMA_VERSION):
-            raise CheckpointError(f"checkpoint {self.path} has schema version {meta.get('schema_version')!r}, "
-                                  f"this MCCS reads version {SCHEMA_VERSION}")
+        meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if meta.get("host_id") != self.host_id:
             raise CheckpointError(f"checkpoint {self.path} belongs to host {meta.get('host_id')!r}, "
                                   f"not {self.host_id!r}: refusing to open it")
+        if meta.get("schema_version") == "1":
+            self._migrate_from_1(conn)
+        elif meta.get("schema_version") != str(SCHEMA_VERSION):
+            raise CheckpointError(f"checkpoint {self.path} has schema version {meta.get('schema_version')!r}, "
+                                  f"this MCCS reads versions 1 and {SCHEMA_VERSION}")
+
+    def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
+        """Version 2 adds the sent window (seeded from the SENDs remembered for retries, the only
+        record of which ids went where) and an epoch."""
+        db = sqlite_utils.Database(conn)
+        with conn:
+            conn.execute("BEGIN")
+            conn.execute(f"ALTER TABLE {Table.DUP_WINDOW} RENAME COLUMN origin TO host")
+            db[Table.SENT_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+            conn.execute(f"INSERT OR REPLACE INTO {Table.SENT_WINDOW} (host, msg_id, seq) SELECT substr(to_id, 1, 2), "
+                         f"msg_id, seq FROM {Table.SEND_DONE} WHERE substr(to_id, 1, 2) != ? ORDER BY seq",
+                         (self.host_id,))
+            conn.execute(f"INSERT OR REPLACE INTO {Table.META} VALUES ('epoch', ?)", (secrets.token_hex(4),))
+            conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # -- Initialization -------------------------------------------------------------------
     def restore(self) -> Restored:
         """Read back everything the lists held at the last commit."""
         q = self.conn.execute
 
-        def rows(table):
-            return [Row(*r) for r in q(f"SELECT seq, to_id, from_id, msg_id, user_id, data, ts FROM {table} ORDER BY seq")]
-        waiting = [PendingSend(*r) for r in q("SELECT req, from_id, to_id, user_id, data FROM wait_list ORDER BY seq")]
-        dups = [(o, m) for o, m in q("SELECT origin, msg_id FROM dup_window ORDER BY seq")]
-        for key in dups:
-            self._remember_dup(key)
-        self._next_seq = int(self._meta("next_seq"))
-        return Restored(rows("send_list"), rows("recv_list"), waiting, int(self._meta("next_msg_id")), dups)
+        def rows(table: Table) -> list[Row]:
+            return [Row(*r) for r in q(f"SELECT {', '.join(MSGBLOK_COLUMNS)} FROM {table} ORDER BY seq")]
 
-    def _meta(self, key: str) -> str:
-        return self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
+        def keys(table: Table) -> list[tuple[str, int]]:
+            return [(h, m) for h, m in q(f"SELECT host, msg_id FROM {table} ORDER BY seq")]
+        waiting = [PendingSend(*r) for r in q(f"SELECT req, seq, from_id, to_id, user_id, data FROM {Table.WAIT_LIST} "
+                                              "ORDER BY seq")]
+        meta = dict(q(f"SELECT key, value FROM {Table.META}").fetchall())
+        return Restored(rows(Table.SEND_LIST), rows(Table.RECV_LIST), waiting, int(meta["next_msg_id"]),
+                        int(meta["next_seq"]), keys(Table.DUP_WINDOW), keys(Table.SENT_WINDOW), meta["epoch"])
 
     # -- group commit ---------------------------------------------------------------------
-    @contextlib.contextmanager
-    def transaction(self):
-        """One loop pass: everything inside commits together or not at all."""
-        self.conn.execute("BEGIN")
-        self._dirty = False
+    def apply(self, changes: list[Change]) -> None:
+        """One pass's changes in one transaction: all committed, or none (and an exception)."""
+        if not changes:
+            return
+        execute = self.conn.execute
         try:
-            yield self
-        except BaseException:
-            self.conn.execute("ROLLBACK")
+            execute("BEGIN")
+            for c in changes:
+                execute(c.sql, c.params)
+            execute("COMMIT")
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):
+                execute("ROLLBACK")
+            if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                raise CheckpointFull(f"checkpoint {self.path}: {e}") from None
             raise
-        if self._dirty:
-            self.conn.execute("UPDATE meta SET value = ? WHERE key = 'next_seq'", (str(self._next_seq),))
-        self.conn.execute("COMMIT")
-        self.commits += self._dirty
-
-    def next_seq(self) -> int:
-        seq, self._next_seq = self._next_seq, self._next_seq + 1
-        return seq
-
-    def add(self, table: str, row: Row) -> None:
-        self._dirty = True
-        self.conn.execute(f"INSERT INTO {table} (seq, to_id, from_id, msg_id, user_id, data, ts) VALUES (?,?,?,?,?,?,?)",
-                          (row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts))
-
-    def delete(self, table: str, seq: int) -> None:
-        self._dirty = True
-        self.conn.execute(f"DELETE FROM {table} WHERE seq = ?", (seq,))
-
-    def set_next_msg_id(self, value: int) -> None:
-        self._dirty = True
-        self.conn.execute("UPDATE meta SET value = ? WHERE key = 'next_msg_id'", (str(value),))
-
-    # -- SEND requests --------------------------------------------------------------------
-    def add_waiting(self, p: PendingSend) -> None:
-        self._dirty = True
-        self.conn.execute("INSERT OR REPLACE INTO wait_list (req, seq, from_id, to_id, user_id, data) VALUES (?,?,?,?,?,?)",
-                          (p.req, self.next_seq(), p.from_id, p.to_id, p.user_id, p.data))
-
-    def delete_waiting(self, req: str) -> None:
-        self._dirty = True
-        self.conn.execute("DELETE FROM wait_list WHERE req = ?", (req,))
-
-    def send_done(self, req: str, msg_id: int, to_id: str) -> None:
-        """Remember a finished SEND, so the same request retried after a restart is not stored twice."""
-        self._dirty = True
-        seq = self.next_seq()
-        self.conn.execute("INSERT OR REPLACE INTO send_done (req, seq, msg_id, to_id) VALUES (?,?,?,?)",
-                          (req, seq, msg_id, to_id))
-        self._sends += 1
-        if self._sends % 4096 == 0:
-            self.conn.execute("DELETE FROM send_done WHERE seq < (SELECT seq FROM send_done ORDER BY seq DESC "
-                              "LIMIT 1 OFFSET ?)", (SEND_DONE_KEEP,))
+        self.commits += 1
 
     def find_send_done(self, req: str) -> tuple[int, str] | None:
-        row = self.conn.execute("SELECT msg_id, to_id FROM send_done WHERE req = ?", (req,)).fetchone()
-        return tuple(row) if row else None
+        """The MSG_ID and TO_ID a SEND request got, if it was stored (a retry after a restart)."""
+        row = self.conn.execute(f"SELECT msg_id, to_id FROM {Table.SEND_DONE} WHERE req = ?", (req,)).fetchone()
+        return (row[0], row[1]) if row else None
 
-    # -- duplicate window -----------------------------------------------------------------
-    def is_duplicate(self, origin: str, msg_id: int) -> bool:
-        return (origin, msg_id) in self._dup_set
+    # -- space ------------------------------------------------------------------------------
+    def free_bytes(self) -> int:
+        st = os.statvfs(self.path.parent)
+        return st.f_bavail * st.f_frsize
 
-    def add_dup_key(self, origin: str, msg_id: int) -> None:
-        self._dirty = True
-        self.conn.execute("INSERT OR REPLACE INTO dup_window (origin, msg_id, seq) VALUES (?,?,?)",
-                          (origin, msg_id, self.next_seq()))
-        for old in self._remember_dup((origin, msg_id)):
-            self.conn.execute("DELETE FROM dup_window WHERE origin = ? AND msg_id = ?", old)
-
-    def _remember_dup(self, key: tuple[str, int]) -> list[tuple[str, int]]:
-        """Keep the keys within DUP_WINDOW ids behind the newest one from this origin. This host
-        may see only a few of the origin's ids (it sends to others, or to its own processes), so
-        a window by count would keep ids the origin has long since reused."""
-        window = self._dups[key[0]]
-        window.append(key[1])
-        self._dup_set.add(key)
-        old = []
-        while window and ((key[1] - window[0]) % ID_SPACE >= DUP_WINDOW or len(window) > DUP_WINDOW):
-            k = (key[0], window.popleft())
-            self._dup_set.discard(k)
-            old.append(k)
-        return old
+    def can_write(self, nbytes: int) -> bool:
+        """A real write of `nbytes`, committed and taken back: does the disk take new messages again?"""
+        try:
+            self.apply([Change(f"INSERT OR REPLACE INTO {Table.META} VALUES ('probe', ?)", (b"\0" * nbytes,))])
+            self.apply([Change(f"DELETE FROM {Table.META} WHERE key = 'probe'", ())])
+            return True
+        except sqlite3.Error:
+            return False
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -253,9 +237,8 @@ def read_only_summary(path: str | os.PathLike) -> dict:
         conn = sqlite3.connect(uri, uri=True)
         try:
             count = lambda t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: E731
-            return {"send": count("send_list"), "recv": count("recv_list"), "wait": count("wait_list")}
+            return {"send": count(Table.SEND_LIST), "recv": count(Table.RECV_LIST), "wait": count(Table.WAIT_LIST)}
         finally:
             conn.close()
     except sqlite3.Error as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e}") from None
-

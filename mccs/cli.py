@@ -19,7 +19,6 @@ COMMANDS = {
     "demo": ("tools.demo", "the README's demo: a network of daemons, traffic, a Spark report"),
 }
 
-EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -27,7 +26,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mccs",
         description="MCCS: store-and-forward messages between computers joined by serial lines.",
-        epilog="Exit codes: 0 success, 1 nothing received, 2 usage or input error, 3 daemon not reachable. "
+        epilog="Exit codes: 0 success, 1 nothing received, 2 usage or input error, 3 daemon not reachable "
+               "or not answering, 4 not stored for now (disk full, or --timeout passed; nothing was sent). "
                "'mccs COMMAND --help' tells more.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

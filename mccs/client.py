@@ -2,7 +2,10 @@
 
 It rides through daemon restarts: a request in flight is asked again after reconnecting (a SEND
 with the same random request id, so it is stored once), and a message the daemon hands again
-after a restart is recognised by its (origin, MSG_ID) key, confirmed and dropped.
+after a restart is recognised by its key and dropped. It never hangs on a daemon that stopped
+answering (SIGSTOP, a wedged machine): a request the daemon answers at once must be answered
+within `grace` seconds, and while a request waits (a SEND for a buffer, a RECV with a timeout)
+the library pings the daemon and gives up, DaemonUnreachable, when the ping is not answered.
 """
 from __future__ import annotations
 
@@ -10,16 +13,16 @@ import json
 import os
 import socket
 import stat
-import struct
 import time
 import uuid
 from dataclasses import dataclass
 
-from linedrivers.ids import IdError, process_id
+from linedrivers.ids import IdError, host_of, process_id
 
 from .ipc import LENGTH, b64, frame, unb64
 
 BLANK_ID = " " * 6
+GRACE = 5.0  # seconds the daemon has to answer what it can answer at once
 
 
 class MCCSError(Exception):
@@ -42,6 +45,11 @@ class NameInUse(Refused):
     """Another live connection holds this process name."""
 
 
+class NotStored(Refused):
+    """Nothing was stored, for now: the daemon's disk is full (`disk_full`), or a SEND's timeout
+    passed while it waited for a buffer (`timeout`). Try again later (exit code 4 in the CLI)."""
+
+
 @dataclass(frozen=True)
 class Message:
     from_id: str
@@ -52,7 +60,7 @@ class Message:
 
     @property
     def key(self) -> tuple[str, int]:
-        return (self.from_id[:2], self.msg_id)
+        return (host_of(self.from_id), self.msg_id)
 
 
 def socket_path(path: str | os.PathLike) -> str:
@@ -67,24 +75,29 @@ def socket_path(path: str | os.PathLike) -> str:
     return load(path).socket
 
 
-class Client:
-    """A process's connection to its daemon, under one process name."""
+class _Deadline(Exception):
+    """The caller's own deadline passed (not the daemon's fault)."""
 
-    def __init__(self, path: str | os.PathLike, name: str, *, connect_timeout: float = 5.0,
-                 reconnect_timeout: float = 60.0):
+
+class Client:
+    """A process's connection to its daemon, under one process name (None: administration only)."""
+
+    def __init__(self, path: str | os.PathLike, name: str | None, *, connect_timeout: float = 5.0,
+                 reconnect_timeout: float = 60.0, grace: float = GRACE):
         self.path = socket_path(path)
         self.name = name
         self.reconnect_timeout = reconnect_timeout
+        self.grace = grace
         self.process_id: str | None = None
         self.host: str | None = None
         self.max_message = 128
         self._sock: socket.socket | None = None
+        self._rbuf = bytearray()
         self._ids = iter(range(1, 1 << 62))
-        self._pending_confirms: dict[int, tuple[str, int]] = {}  # confirm request id -> key
-        # Keys returned to the caller whose confirm the daemon has not yet committed: only those
-        # can be handed again (after a restart). Once committed the block is gone for good and a
-        # later message may legitimately reuse the key (MSG_ID wrap, origin's checkpoint reset).
-        self._seen_set: set[tuple[str, int]] = set()
+        self._pending_confirms: dict[int, tuple] = {}  # confirm request id -> handed key
+        # Messages returned to the caller whose confirm the daemon has not yet committed: only those
+        # can be handed again (after a restart), with the same key and the daemon's same rid.
+        self._seen_set: set[tuple] = set()
         self._connect(connect_timeout)
 
     # -- connection -----------------------------------------------------------------------
@@ -109,35 +122,37 @@ class Client:
         self._drop()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            sock.settimeout(self.grace)
             sock.connect(self.path)
         except OSError:
             sock.close()
             raise
         self._sock = sock
-        reply = self._exchange({"op": "hello", "name": self.name})
-        self.process_id, self.host = reply["process"], reply["host"]
-        self.max_message = reply.get("max_message", 128)
+        if self.name is not None:
+            reply = self._exchange({"op": "hello", "name": self.name})
+            self.process_id, self.host = reply["process"], reply["host"]
+            self.max_message = reply.get("max_message", 128)
 
     def _drop(self) -> None:
         if self._sock is not None:
-            try:  # replies to our confirms may still be buffered: they tell which keys are settled
-                self._sock.settimeout(0.2)
-                while self._pending_confirms:
-                    self._read()
-            except (OSError, ConnectionError, ValueError, struct.error):
+            try:  # replies to our confirms may still be buffered: they tell which messages are settled
+                while self._pending_confirms and self._read(0.2) is not None:
+                    pass
+            except (OSError, ConnectionError, ValueError):
                 pass
             self._sock.close()
             self._sock = None
-        self._pending_confirms.clear()  # unknown outcome: those keys stay remembered
+        self._rbuf.clear()
+        self._pending_confirms.clear()  # unknown outcome: those messages stay remembered
 
     def close(self) -> None:
         """Wait for the daemon to commit our confirms, then hang up."""
         if self._sock is not None:
             try:
-                self._sock.settimeout(5.0)
-                while self._pending_confirms:
-                    self._read()
-            except (OSError, ConnectionError, MCCSError):
+                deadline = time.monotonic() + self.grace
+                while self._pending_confirms and time.monotonic() < deadline:
+                    self._read(deadline - time.monotonic())
+            except (OSError, ConnectionError, ValueError):
                 pass
             self._drop()
 
@@ -147,58 +162,88 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- requests -------------------------------------------------------------------------
+    # -- framing --------------------------------------------------------------------------
     def _write(self, obj: dict) -> int:
         obj["id"] = next(self._ids)
+        self._sock.settimeout(self.grace)
         self._sock.sendall(frame(obj))
         return obj["id"]
 
-    def _read(self) -> dict:
-        head = self._recv_exact(LENGTH.size)
-        (n,) = LENGTH.unpack(head)
-        reply = json.loads(self._recv_exact(n))
-        key = self._pending_confirms.pop(reply.get("id"), None)
-        if key is not None and reply.get("ok"):
-            self._seen_set.discard(key)  # committed: it will never be handed again
-        return reply
-
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
+    def _read(self, timeout: float | None) -> dict | None:
+        """The next reply, or None when `timeout` seconds pass first (the stream stays intact)."""
+        end = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        while True:
+            if len(self._rbuf) >= LENGTH.size:
+                (n,) = LENGTH.unpack_from(self._rbuf)
+                if len(self._rbuf) >= LENGTH.size + n:
+                    reply = json.loads(bytes(self._rbuf[LENGTH.size:LENGTH.size + n]))
+                    del self._rbuf[:LENGTH.size + n]
+                    key = self._pending_confirms.pop(reply.get("id"), None)
+                    if key is not None and reply.get("ok"):
+                        self._seen_set.discard(key)  # committed: it will never be handed again
+                    return reply
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            self._sock.settimeout(left)
+            try:
+                chunk = self._sock.recv(65536)
+            except socket.timeout:
+                return None
             if not chunk:
                 raise ConnectionError("the daemon closed the connection")
-            buf += chunk
-        return bytes(buf)
+            self._rbuf += chunk
 
-    def _exchange(self, obj: dict) -> dict:
-        """Send one request and read up to its reply (confirm replies on the way are consumed)."""
+    def _exchange(self, obj: dict, deadline: float | None = None, wait: str = "prompt") -> dict:
+        """Send one request and read up to its reply (confirm replies on the way are consumed).
+
+        `wait` says how long the daemon may take: "prompt", it answers within `grace`; "patient",
+        the request may wait in the daemon, which answers pings meanwhile; "forever", no limit (a
+        RECV that waits rides through a stopped daemon as through a restart). `deadline` is the
+        caller's own limit (_Deadline)."""
         rid = self._write(obj)
+        ping, heard = None, time.monotonic()
         while True:
-            reply = self._read()
-            if reply.get("id") == rid:
+            limits = [] if wait == "forever" else [heard + self.grace]
+            if deadline is not None:
+                limits.append(deadline)
+            reply = self._read(min(limits) - time.monotonic() if limits else None)
+            now = time.monotonic()
+            if reply is None:
+                if deadline is not None and now >= deadline:
+                    raise _Deadline()
+                if wait == "patient" and ping is None:
+                    ping, heard = self._write({"op": "ping"}), now
+                    continue
+                raise DaemonUnreachable(f"the MCCS daemon on {self.path} does not answer "
+                                        f"(for {self.grace:g} s; stopped or overloaded?)")
+            heard = now
+            if reply.get("id") == ping:
+                ping = None
+            elif reply.get("id") == rid:
                 break
         if not reply.get("ok"):
             code = reply.get("code", "refused")
-            raise (NameInUse if code == "name_in_use" else Refused)(reply.get("error", "refused"), code)
+            cls = NameInUse if code == "name_in_use" else NotStored if code == "disk_full" else Refused
+            raise cls(reply.get("error", "refused"), code)
         return reply
 
-    def _call(self, make_request) -> dict:
+    def _call(self, make_request, deadline: float | None = None, wait: str = "prompt") -> dict:
         """A request that survives daemon restarts: asked again on a new connection."""
-        deadline = None
+        reconnect_by = None
         while True:
             try:
                 if self._sock is None:
                     raise ConnectionError("not connected")
-                return self._exchange(make_request())
-            except (ConnectionError, OSError, struct.error) as e:
-                if isinstance(e, socket.timeout):
-                    raise
-                deadline = deadline or time.monotonic() + self.reconnect_timeout
-                self._connect(max(0.0, deadline - time.monotonic()))
+                return self._exchange(make_request(), deadline, wait)
+            except (ConnectionError, OSError):
+                reconnect_by = reconnect_by or time.monotonic() + self.reconnect_timeout
+                self._connect(max(0.0, reconnect_by - time.monotonic()))
 
-    def send(self, to_id: str, data: bytes, user_id: int = 0) -> int:
-        """SEND: returns the MSG_ID once the message is durable in the daemon's checkpoint."""
+    # -- the primitives ---------------------------------------------------------------------
+    def send(self, to_id: str, data: bytes, user_id: int = 0, timeout: float | None = None) -> int:
+        """SEND: returns the MSG_ID once the message is durable in the daemon's checkpoint. It may
+        wait for a buffer; with `timeout`, a SEND not stored by then is taken back (NotStored)."""
         try:
             to_id = process_id(to_id)
         except IdError as e:
@@ -207,7 +252,15 @@ class Client:
             raise Refused(f"message of {len(data)} bytes is over the maximum of {self.max_message}", "too_large")
         req = uuid.uuid4().hex
         request = {"op": "send", "req": req, "to": to_id, "user_id": user_id, "data": b64(bytes(data))}
-        return self._call(lambda: dict(request))["msg_id"]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            return self._call(lambda: dict(request), deadline, "patient")["msg_id"]
+        except _Deadline:
+            reply = self._call(lambda: {"op": "cancel", "req": req})
+            if reply.get("msg_id") is not None:  # stored just before the cancel
+                return reply["msg_id"]
+            raise NotStored(f"not stored within {timeout:g} s (the daemon's buffers are full); nothing was sent",
+                            "timeout") from None
 
     def recv(self, from_id: str = "", user_id: int = 0, wait: bool = True,
              timeout: float | None = None) -> Message | None:
@@ -217,20 +270,27 @@ class Client:
                 from_id = process_id(from_id)
             except IdError as e:
                 raise Refused(str(e), "bad_id") from None
-        deadline = None if timeout is None else time.monotonic() + timeout
+        until = None if timeout is None else time.monotonic() + timeout
 
         def request() -> dict:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = None if until is None else max(0.0, until - time.monotonic())
             return {"op": "recv", "from": from_id, "user_id": user_id, "wait": wait, "timeout": left}
+        mode = "prompt" if not wait else "forever" if until is None else "patient"
+        deadline = None if until is None or not wait else until + self.grace
         while True:
-            got = self._call(request).get("msg")
+            try:
+                got = self._call(request, deadline, mode).get("msg")
+            except _Deadline:
+                raise DaemonUnreachable(f"the MCCS daemon on {self.path} did not answer a RECV by its timeout") \
+                    from None
             if got is None:
                 return None
             msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"], unb64(got["data"]))
-            fresh = msg.key not in self._seen_set
-            self._seen_set.add(msg.key)
+            handed = (*msg.key, got["rid"])
+            fresh = handed not in self._seen_set
+            self._seen_set.add(handed)
             try:
-                self._pending_confirms[self._write({"op": "confirm", "rid": got["rid"]})] = msg.key
+                self._pending_confirms[self._write({"op": "confirm", "rid": got["rid"]})] = handed
             except OSError:  # the daemon went away after handing it: it hands it again, we drop that copy
                 self._drop()
             if fresh:
@@ -240,9 +300,16 @@ class Client:
     def status(self) -> dict:
         return self._call(lambda: {"op": "status"})["status"]
 
+    def ping(self) -> float:
+        """Round-trip time to the daemon, in seconds."""
+        t0 = time.monotonic()
+        self._call(lambda: {"op": "ping"})
+        return time.monotonic() - t0
 
-def connect(path: str | os.PathLike, name: str, **kwargs) -> Client:
-    """`path` is the daemon's socket, or a host config file whose `socket` is used."""
+
+def connect(path: str | os.PathLike, name: str | None, **kwargs) -> Client:
+    """`path` is the daemon's socket, or a host config file whose `socket` is used; `name` is the
+    process name (None for administrative requests only, such as status)."""
     return Client(path, name, **kwargs)
 
 

@@ -6,11 +6,11 @@ import json
 import os
 import sys
 
-from .client import Client, DaemonUnreachable, MCCSError, Refused
+from .client import GRACE, Client, DaemonUnreachable, MCCSError, NotStored, Refused
 from .config import ConfigError, load
 from .ipc import b64
 
-EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_STORED = 0, 1, 2, 3, 4
 
 
 def _common(p: argparse.ArgumentParser, name: bool = True) -> None:
@@ -26,6 +26,16 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("to_id", metavar="TO_ID", help="destination process id, e.g. BBPAY (host id + name)")
     p.add_argument("data", metavar="DATA", nargs="?", default="-", help="the message; - or absent: read stdin")
     p.add_argument("--user-id", type=int, default=0, help="16-bit USER_ID (0: use the MSG_ID)")
+    p.add_argument("--timeout", type=_seconds, default=None,
+                   help="give up (exit 4, nothing stored) if the message is not stored within S seconds; "
+                        "default: wait while the daemon's buffers are full, as long as the daemon answers")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
 
 
 def add_recv_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,13 +43,15 @@ def add_recv_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="from_id", default="", help="only a message from this process id")
     p.add_argument("--user-id", type=int, default=0, help="only a message with this USER_ID")
     p.add_argument("--nowait", action="store_true", help="return at once (exit 1) if nothing matches")
-    p.add_argument("--timeout", type=float, default=None, help="wait at most S seconds (exit 1 if nothing)")
+    p.add_argument("--timeout", type=_seconds, default=None, help="wait at most S seconds (exit 1 if nothing)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the raw data")
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
     _common(p, name=False)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--timeout", type=_seconds, default=GRACE,
+                   help=f"seconds the daemon has to answer (default {GRACE:g}); then exit 3")
 
 
 def _fail(code: int, message: str) -> int:
@@ -66,6 +78,8 @@ def _guard(body):
             return body(args)
         except _Usage as e:
             return _fail(EXIT_USAGE, str(e))
+        except NotStored as e:
+            return _fail(EXIT_NOT_STORED, str(e))
         except (ConfigError, Refused, FileNotFoundError, ValueError) as e:
             return _fail(EXIT_USAGE, str(e))
         except DaemonUnreachable as e:
@@ -79,7 +93,7 @@ def _guard(body):
 def run_send(args) -> int:
     data = sys.stdin.buffer.read() if args.data == "-" else os.fsencode(args.data)
     with _client(args) as client:
-        print(client.send(args.to_id, data, args.user_id))
+        print(client.send(args.to_id, data, args.user_id, timeout=args.timeout))
     return EXIT_OK
 
 
@@ -107,7 +121,7 @@ def run_status(args) -> int:
     if not args.config:
         raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
     try:
-        with Client(args.config, "STAT", connect_timeout=1.0) as client:
+        with Client(args.config, None, connect_timeout=1.0, grace=args.timeout) as client:
             status = client.status()
     except DaemonUnreachable as e:
         return _status_offline(args, str(e))

@@ -5,16 +5,29 @@ Relative paths are relative to the config file; an unknown key is an error that 
 from __future__ import annotations
 
 import dataclasses
+import grp
 import os
+import pwd
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from linedrivers.ids import IdError, check_host_id
+from linedrivers.ids import IdError, check_host_id, process_name
 
 
 class ConfigError(ValueError):
     """A bad configuration: the message names the file, the key and the reason."""
+
+
+def _internal(default=None, factory=None):
+    """A field filled in by the loader, not a TOML key."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"internal": True})
+    return field(default=default, metadata={"internal": True})
+
+
+SECRET_MIN = 16  # bytes in a line's secret_file
 
 
 @dataclass
@@ -39,6 +52,8 @@ class LineConfig:
     ttd_timeout: float = 2.0
     keepalive: float = 30.0
     backoff_max: float = 60.0
+    secret_file: str = ""  # a shared secret: sign-on by challenge-response, every frame authenticated
+    secret: bytes | None = _internal()
 
     def check(self) -> None:
         _choice("protocol", self.protocol, ("async", "bsc"))
@@ -53,6 +68,52 @@ class LineConfig:
         _range("retry_limit", self.retry_limit, 1, 1000)
         for key in ("reply_timeout", "disconnect_timeout", "ttd_timeout", "keepalive", "backoff_max"):
             _range(key, getattr(self, key), 0.001, 1e6)
+        if self.secret_file:
+            self.secret = _read_secret(self.secret_file)
+
+
+def _read_secret(path: str) -> bytes:
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            secret = f.read().strip()
+    except OSError as e:
+        raise ConfigError(f"secret_file {path!r}: {e.strerror}") from None
+    if st.st_mode & stat.S_IRWXO:
+        raise ConfigError(f"secret_file {path!r} can be read by every user (mode {stat.filemode(st.st_mode)}): "
+                          f"chmod o-rwx it")
+    if len(secret) < SECRET_MIN:
+        raise ConfigError(f"secret_file {path!r} holds {len(secret)} bytes; a secret needs at least {SECRET_MIN} "
+                          "(e.g. head -c 32 /dev/urandom | base64 > FILE)")
+    return secret
+
+
+@dataclass
+class ProcessConfig:
+    """A `[[process]]`: a process name, and who may attach under it."""
+    name: str
+    uid: int | str | None = None  # a user id or name
+    gid: int | str | None = None  # a group id or name: its members may attach too
+
+    def check(self) -> None:
+        try:
+            self.name = process_name(self.name).rstrip()
+        except IdError as e:
+            raise ConfigError(f"[[process]] name: {e}") from None
+        if isinstance(self.uid, str):
+            try:
+                self.uid = pwd.getpwnam(self.uid).pw_uid
+            except KeyError:
+                raise ConfigError(f"[[process]] {self.name!r}: uid {self.uid!r}: no such user") from None
+        if isinstance(self.gid, str):
+            try:
+                self.gid = grp.getgrnam(self.gid).gr_gid
+            except KeyError:
+                raise ConfigError(f"[[process]] {self.name!r}: gid {self.gid!r}: no such group") from None
+
+    def owner(self) -> str:
+        return " or ".join(x for x in (self.uid is not None and f"uid {self.uid}",
+                                       self.gid is not None and f"group {self.gid}") if x)
 
 
 @dataclass
@@ -66,8 +127,11 @@ class HostConfig:
     trace_max_bytes: int = 64 * 1024 * 1024
     buffers: int = 1024
     max_message: int = 128
-    lines: list[LineConfig] = field(default_factory=list)
-    path: str = ""  # the file this came from
+    strict_names: bool = False  # only [[process]] names may attach
+    disk_reserve: int = 16 * 1024 * 1024  # below this many free bytes, new messages are refused
+    lines: list[LineConfig] = _internal(factory=list)
+    processes: list[ProcessConfig] = _internal(factory=list)
+    path: str = _internal("")  # the file this came from
 
     def check(self) -> None:
         try:
@@ -78,6 +142,18 @@ class HostConfig:
         _range("buffers", self.buffers, 1, 10_000_000)
         _range("max_message", self.max_message, 1, 65535)
         _range("trace_max_bytes", self.trace_max_bytes, 4096, 1 << 40)
+        _range("disk_reserve", self.disk_reserve, 0, 1 << 40)
+        if self.socket_group:
+            try:
+                grp.getgrnam(self.socket_group)
+            except KeyError:
+                raise ConfigError(f"socket_group = {self.socket_group!r}: no such group") from None
+        names = set()
+        for proc in self.processes:
+            proc.check()
+            if proc.name in names:
+                raise ConfigError(f"[[process]] name {proc.name!r} is configured twice")
+            names.add(proc.name)
         peers = set()
         for line in self.lines:
             try:
@@ -105,12 +181,12 @@ def _range(key, value, low, high) -> None:
         raise ConfigError(f"{key} = {value!r}: must be a number from {low} to {high}")
 
 
-_PATH_KEYS = ("socket", "checkpoint", "trace_dir")
+_PATH_KEYS = ("socket", "checkpoint", "trace_dir", "secret_file")
 
 
 def _build(cls, table: dict, where: str, base: Path, extra: dict | None = None):
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    known = set(fields) - {"lines", "path"}
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+    known = set(fields)
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
@@ -121,13 +197,13 @@ def _build(cls, table: dict, where: str, base: Path, extra: dict | None = None):
     values = dict(table)
     for key, value in values.items():
         default = fields[key].default
-        want = type(default) if default is not dataclasses.MISSING else str
+        want = (int, str) if default is None else type(default) if default is not dataclasses.MISSING else str
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             values[key] = value = float(value)
-        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+        if not isinstance(value, want) or (want in (int, (int, str)) and isinstance(value, bool)):
             if not (key == "stopbits" and isinstance(value, (int, float))):
-                raise ConfigError(f"{where}: {key} = {value!r}: expected {want.__name__}")
-        if key in _PATH_KEYS and "://" not in value:
+                raise ConfigError(f"{where}: {key} = {value!r}: expected {getattr(want, '__name__', 'int or str')}")
+        if key in _PATH_KEYS and value and "://" not in value:
             values[key] = str((base / os.path.expanduser(value)).resolve())
     return cls(**values, **(extra or {}))
 
@@ -148,20 +224,23 @@ def load(path: str | os.PathLike) -> HostConfig:
 def from_dict(doc: dict, path: str | os.PathLike = "<config>") -> HostConfig:
     path = Path(path)
     base = path.parent.resolve()
-    unknown = sorted(set(doc) - {"host", "line"})
+    unknown = sorted(set(doc) - {"host", "line", "process"})
     if unknown:
-        raise ConfigError(f"{path}: unknown table {unknown[0]!r} (known: host, line)")
+        raise ConfigError(f"{path}: unknown table {unknown[0]!r} (known: host, line, process)")
     if not isinstance(doc.get("host"), dict):
         raise ConfigError(f"{path}: missing [host] table")
-    lines_doc = doc.get("line", [])
-    if not isinstance(lines_doc, list):
-        raise ConfigError(f"{path}: line must be an array of tables ([[line]])")
+    for key in ("line", "process"):
+        if not isinstance(doc.get(key, []), list):
+            raise ConfigError(f"{path}: {key} must be an array of tables ([[{key}]])")
     try:
-        lines = [_build(LineConfig, t, f"{path} [[line]] #{i + 1}", base, None) for i, t in enumerate(lines_doc)]
+        lines = [_build(LineConfig, t, f"{path} [[line]] #{i + 1}", base) for i, t in enumerate(doc.get("line", []))]
         for line in lines:  # a port is a device path relative to the config only if it looks like one
             if line.port.startswith("."):
                 line.port = str((base / line.port).resolve())
-        host = _build(HostConfig, doc["host"], f"{path} [host]", base, {"lines": lines, "path": str(path)})
+        procs = [_build(ProcessConfig, t, f"{path} [[process]] #{i + 1}", base)
+                 for i, t in enumerate(doc.get("process", []))]
+        host = _build(HostConfig, doc["host"], f"{path} [host]", base,
+                      {"lines": lines, "processes": procs, "path": str(path)})
         host.check()
     except ConfigError as e:
         msg = str(e)

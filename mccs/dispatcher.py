@@ -1,74 +1,111 @@
 """The Process-Dispatcher: one pass over WAIT_LIST (paper, Part II).
 
 A SEND builds a MSGBLOK on SEND_LIST (or straight on RECV_LIST for a process on this host), or
-stays on WAIT_LIST while that list is full. A RECV takes the first eligible MSGBLOK of RECV_LIST,
-answers "nothing" (no-wait, or its timeout passed), or stays. All changes go into the pass's
-transaction; replies and trace events are queued by the daemon until it has committed.
+stays on WAIT_LIST while that list is full or every free MSG_ID is in use. A RECV takes the
+first eligible MSGBLOK of its process's mailbox, answers "nothing" (no-wait, or its timeout
+passed), or stays. Only the processes whose mailbox or RECVs changed are looked at, so a pass
+costs the same however many RECVs wait. Changes, trace events and replies go into the pass's
+Effects; the shell commits the changes before it sends the replies.
 """
 from __future__ import annotations
 
-import time
+from collections import Counter, deque
 
-from checkpoint.store import PendingSend
+from checkpoint import changes as ch
+from checkpoint.changes import Table
 
-from .lists import MSGBLOK, PRQBLOK
+from linedrivers.ids import host_of
+
+from .effects import Effects
+from .ipc import b64
+from .lists import MSGBLOK, PRQBLOK, Lists, Sequence
+from .msgids import MsgIds
+from .sessions import Sessions
+
+
+def message_body(blk: MSGBLOK) -> dict:
+    return {"rid": blk.seq, "from_id": blk.from_id, "to_id": blk.to_id, "msg_id": blk.msg_id,
+            "user_id": blk.user_id, "data": b64(blk.data)}
+
+
+def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
+    prq.done = True
+    for conn, rid in prq.answers():
+        fx.reply(conn, {"id": rid, **body})
 
 
 class ProcessDispatcher:
-    def __init__(self, daemon):
-        self.d = daemon
+    def __init__(self, host: str, buffers: int, lists: Lists, ids: MsgIds, seqs: Sequence, sessions: Sessions,
+                 counters: Counter):
+        self.host, self.buffers = host, buffers
+        self.lists, self.ids, self.seqs, self.sessions, self.counters = lists, ids, seqs, sessions, counters
 
-    def run(self, now: float) -> None:
-        d = self.d
-        while True:
-            before = len(d.lists.recv)
-            remaining = [prq for prq in d.lists.wait if not self._dispatch(prq, now)]
-            d.lists.wait = remaining
-            # A local SEND may have fed a RECV examined before it: a second look (paper, footnote 7).
-            if len(d.lists.recv) <= before or not any(p.op == "recv" for p in remaining):
-                return
+    def run(self, fx: Effects, now: float, wall: float) -> None:
+        wait = self.lists.wait
+        self._sends(wait.remote_sends, False, fx, wall)
+        self._sends(wait.local_sends, True, fx, wall)
+        self._keep_waiting_sends(fx)
+        while wait.dirty:
+            self._recvs(wait.dirty.pop(), fx)
+        for prq in wait.expired(now):
+            answer(fx, prq, {"ok": True, "msg": None})
+            wait.prune(prq.to_id)
 
-    def _dispatch(self, prq: PRQBLOK, now: float) -> bool:
-        """True when the request is finished and leaves WAIT_LIST."""
-        return self._send(prq) if prq.op == "send" else self._recv(prq, now)
+    # -- SEND -------------------------------------------------------------------------------
+    def _sends(self, queue: deque[PRQBLOK], local: bool, fx: Effects, wall: float) -> None:
+        target = self.lists.recv if local else self.lists.send
+        while queue:
+            prq = queue[0]
+            if not prq.done:
+                if len(target) >= self.buffers or self.ids.full:
+                    return
+                self._store(prq, local, fx, wall)
+            queue.popleft()
 
-    def _send(self, prq: PRQBLOK) -> bool:
-        d = self.d
-        local = prq.to_id[:2] == d.host
-        target, table = (d.lists.recv, "recv_list") if local else (d.lists.send, "send_list")
-        if len(target) >= d.cfg.buffers:
-            if not prq.durable:  # waits for a buffer, kept so a retry after a restart finds it
-                d.cp.add_waiting(PendingSend(prq.req, prq.from_id, prq.to_id, prq.user_id, prq.data))
-                prq.durable = True
-            return False
-        msg_id = d.allocate_msg_id()
-        blk = MSGBLOK(d.cp.next_seq(), prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, time.time())
-        target.add(blk)
-        d.cp.add(table, blk.row())
-        d.cp.send_done(prq.req, msg_id, prq.to_id)
+    def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> None:
+        seq = self.seqs.take()
+        msg_id, id_changes = self.ids.allocate(host_of(prq.to_id), seq)
+        blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall)
+        fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk.row()),
+                  ch.send_done(prq.req, seq, msg_id, prq.to_id))
         if prq.durable:
-            d.cp.delete_waiting(prq.req)
-        d.committed(blk)
-        d.after_commit_trace("accepted", blk)
+            fx.change(ch.delete_waiting(prq.req))
+            self.lists.wait.durable_sends -= 1
+        fields = dict(origin=blk.origin, msg_id=msg_id, from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
+        fx.trace("msg", "accepted", **fields)
+        self.counters["accepted"] += 1
         if local:
-            d.after_commit_trace("received", blk)
-            d.counters["local"] += 1
-        d.counters["accepted"] += 1
-        d.answer(prq, {"ok": True, "msg_id": msg_id, "to": prq.to_id})
-        return True
+            self.counters["local"] += 1
+            self.lists.arrive(blk)
+            fx.trace("msg", "received", **fields)
+        else:
+            self.lists.send.add(blk)
+        answer(fx, prq, {"ok": True, "msg_id": msg_id, "to": prq.to_id})
 
-    def _recv(self, prq: PRQBLOK, now: float) -> bool:
-        d = self.d
-        conn = prq.conn
-        if conn is None or conn.closed:
-            return True
-        blk = d.lists.recv.match(prq.to_id, prq.from_id, prq.user_id)
-        if blk is not None:
-            blk.active, blk.holder = True, conn
-            conn.handed[blk.seq] = blk
-            d.answer(prq, {"ok": True, "msg": d.message_dict(blk)})
-            return True
-        if not prq.wait or (prq.deadline is not None and now >= prq.deadline):
-            d.answer(prq, {"ok": True, "msg": None})
-            return True
-        return False
+    def _keep_waiting_sends(self, fx: Effects) -> None:
+        """SENDs that wait for a buffer are kept in the checkpoint, so a retry after a restart
+        finds them, up to `buffers` of them: WAIT_LIST is bounded like the other lists."""
+        wait = self.lists.wait
+        for prq in wait.fresh_sends:
+            if not prq.done and not prq.durable and wait.durable_sends < self.buffers:
+                prq.durable = True
+                prq.seq = self.seqs.take()
+                wait.durable_sends += 1
+                fx.change(ch.add_waiting(prq.pending()))
+        wait.fresh_sends.clear()
+
+    # -- RECV -------------------------------------------------------------------------------
+    def _recvs(self, name: str, fx: Effects) -> None:
+        """The waiting RECVs of one process, in arrival order, against its mailbox."""
+        wait, recv = self.lists.wait, self.lists.recv
+        for prq in wait.recvs.get(name, ()):
+            if prq.done:
+                continue
+            blk = recv.match(name, prq.from_id, prq.user_id)
+            if blk is not None:
+                recv.hand(blk, prq.conn)
+                self.sessions.by_conn[prq.conn].handed[blk.seq] = blk
+                answer(fx, prq, {"ok": True, "msg": message_body(blk)})
+            elif not prq.wait:
+                answer(fx, prq, {"ok": True, "msg": None})
+        wait.prune(name)

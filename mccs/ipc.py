@@ -11,7 +11,6 @@ import json
 import struct
 
 LENGTH = struct.Struct(">I")
-PROTOCOL_VERSION = 1
 
 
 class FrameError(ValueError):
@@ -48,6 +47,8 @@ class Deframer:
                 out.append(obj)
             except (ValueError, UnicodeDecodeError) as e:
                 out.append(FrameError(f"malformed request: {e}"))
+            except RecursionError:
+                out.append(FrameError("malformed request: nested too deeply"))
         return out
 
 

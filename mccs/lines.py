@@ -1,62 +1,60 @@
-"""The lines of one daemon: a Line Control Block per `[[line]]`, the Message-Receiver and the
-Message-Sender (paper, Figure 2).
+"""The lines of one host: a Line Control Block per `[[line]]`, the Message-Receiver and the
+Message-Sender (paper, Figure 2), around the protocols' sans-I/O state machines.
 
-Bytes from a port arrive on the port's reader thread and are handed to the loop; the state
-machine is only ever touched on the loop thread. The Message-Receiver runs inside the pass's
-transaction: an arrived message goes on RECV_LIST with its duplicate-window key, an
-acknowledgement deletes its MSGBLOK from SEND_LIST; the machine is told to acknowledge
-(`confirm()`) only after the commit. The Message-Sender runs after the commit and hands
-durable MSGBLOKs, in order, to lines that are UP and have room; a line that goes DOWN gives its
-MSGBLOKs back (they never left SEND_LIST) and signs on again after a back-off.
+No port, thread or clock here: the shell hands in the bytes that arrived and the port's state,
+and takes out the bytes to write. The Message-Receiver turns a machine's events into changes of
+the lists (an arrived message goes on RECV_LIST with its duplicate-window key, an acknowledged
+one leaves SEND_LIST); the machine is told to acknowledge (`confirm()`) in the same pass, but
+its bytes are written only after the shell has committed the pass (durable before ACK). The
+Message-Sender hands SEND_LIST's blocks, in order, to lines that are UP and have room; a line
+that goes DOWN gives its blocks back (they never left SEND_LIST) and signs on again after a
+back-off.
 """
 from __future__ import annotations
 
 import collections
 import logging
-import os
-import time
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Callable
 
+from checkpoint import changes as ch
+from checkpoint.changes import Table
 from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                          PeerRefused, image)
-from linedrivers.port import SerialPort
+from linedrivers.ids import host_of
 
 from .config import LineConfig
-from .lists import MSGBLOK
+from .effects import Effects
+from .lists import MSGBLOK, BlockState, Lists, Sequence
+from .machine import LineMachine
+from .msgids import KeyWindow, MsgIds
 
 log = logging.getLogger("mccs.lines")
 
 BACKOFF_MIN = 0.5
-DOWN, SIGNING_ON, UP = "DOWN", "SIGNING_ON", "UP"
 
 
-def make_machine(host: str, lc: LineConfig, max_message: int):
-    """The protocol's sans-I/O state machine with every timer and limit from the config."""
-    common = dict(baud=lc.baud, max_message=max_message, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
-    if lc.protocol == "async":
-        from linedrivers import AsyncLine
-        return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
-                         **common)
-    from linedrivers import BscLine
-    return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
-                   disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout, **common)
+class LineState(StrEnum):
+    DOWN = "DOWN"
+    SIGNING_ON = "SIGNING_ON"
+    UP = "UP"
 
 
 @dataclass(eq=False)
 class LineControlBlock:
     cfg: LineConfig
-    machine: Any
-    port: SerialPort | None = None
-    state: str = DOWN
-    active: collections.deque = field(default_factory=collections.deque)  # MSGBLOKs handed to the machine
-    must_confirm: bool = False  # messages received this pass: acknowledge after the commit
+    machine: LineMachine
+    state: LineState = LineState.DOWN
+    active: collections.deque[MSGBLOK] = field(default_factory=collections.deque)  # handed to the machine, in order
+    must_confirm: bool = False  # messages received this pass: acknowledge them (bytes leave after the commit)
     busy: bool = False
     backoff: float = BACKOFF_MIN
     signon_at: float | None = None  # when to sign on again
     port_open: bool = False
     last_down: str = ""
     held: MSGBLOK | None = None  # the first MSGBLOK the peer's maximum refuses: waits, and all after it
+    backlog: list = field(default_factory=list)  # machine events seen after sending, handled next pass
     counters: collections.Counter = field(default_factory=collections.Counter)
 
     @property
@@ -64,191 +62,182 @@ class LineControlBlock:
         return self.cfg.peer
 
     def status(self) -> dict:
-        machine = getattr(self.machine, "counters", {})
-        return {"peer": self.peer, "protocol": self.cfg.protocol, "state": self.state, "port": self.cfg.port,
+        return {"peer": self.peer, "protocol": self.cfg.protocol, "state": str(self.state), "port": self.cfg.port,
                 "port_open": self.port_open, "baud": self.cfg.baud, "active": len(self.active),
-                "last_down": self.last_down, "counters": {**machine, **self.counters},
+                "last_down": self.last_down, "counters": {**self.machine.counters, **self.counters},
                 "held": f"{self.held.origin}/{self.held.msg_id}, {len(self.held.data)} bytes" if self.held else None}
 
 
 class Lines:
-    def __init__(self, daemon):
-        self.d = daemon
-        self.lcbs: dict[str, LineControlBlock] = {}
-        self._drop_every = int(os.environ.get("MCCS_FAULT_DROP_RECEIVED", "0"))  # test hook, see loopback
+    """Every line of the host. `new_machine(lc)` builds a line's protocol machine."""
 
-    # -- life -----------------------------------------------------------------------------
-    def start(self) -> None:
-        d = self.d
-        for lc in d.cfg.lines:
-            lcb = LineControlBlock(lc, make_machine(d.host, lc, d.cfg.max_message))
-            lcb.port = SerialPort(lc.port, baudrate=lc.baud, bytesize=lc.bytesize, parity=lc.parity,
-                                  stopbits=lc.stopbits, rtscts=lc.rtscts, xonxoff=lc.xonxoff,
-                                  on_data=lambda data, now, lcb=lcb: d.loop.call_soon_threadsafe(self._data, lcb, data, now),
-                                  on_state=lambda up, why, lcb=lcb: d.loop.call_soon_threadsafe(self._port_state, lcb, up, why),
-                                  backoff_max=lc.backoff_max)
-            self.lcbs[lc.peer] = lcb
-            lcb.port.start()
+    def __init__(self, host: str, max_message: int, configs: list[LineConfig],
+                 new_machine: Callable[[LineConfig], LineMachine],
+                 lists: Lists, ids: MsgIds, dups: KeyWindow, seqs: Sequence, counters: collections.Counter):
+        self.host, self.max_message = host, max_message
+        self.new_machine = new_machine
+        self.lists, self.ids, self.dups, self.seqs, self.counters = lists, ids, dups, seqs, counters
+        self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in configs}
 
-    def stop(self) -> None:
-        """Sign off every line that is up, give the bytes a moment to leave, close the ports."""
-        now = time.monotonic()
-        for lcb in self.lcbs.values():
-            if lcb.state != DOWN:
-                lcb.machine.stop(now)
-                lcb.port.write(lcb.machine.data_to_send())
-        if any(lcb.state != DOWN for lcb in self.lcbs.values()):
-            time.sleep(0.2)
-        for lcb in self.lcbs.values():
-            lcb.port.close()
+    def __getitem__(self, peer: str) -> LineControlBlock:
+        return self.lcbs[peer]
 
     def status(self) -> list[dict]:
         return [lcb.status() for lcb in self.lcbs.values()]
 
-    # -- from the port threads (run on the loop) ---------------------------------------------
-    def _data(self, lcb: LineControlBlock, data: bytes, now: float) -> None:
-        lcb.machine.receive_data(data, now)
-        self.d.wake()
+    # -- inputs from the shell ----------------------------------------------------------------
+    def data(self, peer: str, data: bytes, now: float) -> None:
+        self.lcbs[peer].machine.receive_data(data, now)
 
-    def _port_state(self, lcb: LineControlBlock, is_open: bool, why: str) -> None:
+    def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
+        lcb = self.lcbs[peer]
         lcb.port_open = is_open
-        now = time.monotonic()
         if is_open:
             self._sign_on(lcb, now)
         else:  # the port is gone (cable, adapter, pty): a fresh machine when it is back
-            self._down(lcb, f"port lost: {why}")
-            lcb.machine = make_machine(self.d.host, lcb.cfg, self.d.cfg.max_message)
-            lcb.busy = False  # the fresh machine is not busy: told again after the next commit
+            self._down(lcb, f"port lost: {why}", now, fx)
+            lcb.machine = self.new_machine(lcb.cfg)
+            lcb.busy = False  # the fresh machine is not busy: told again in this pass
             lcb.signon_at = None
-        self.d.wake()
 
-    def _sign_on(self, lcb: LineControlBlock, now: float) -> None:
-        lcb.signon_at = None
-        if lcb.state == DOWN:
-            lcb.state = SIGNING_ON
-        lcb.machine.start(now)
+    def stop(self, now: float, fx: Effects) -> None:
+        """Sign off every line that is not down."""
+        for lcb in self.lcbs.values():
+            if lcb.state is not LineState.DOWN:
+                lcb.machine.stop(now)
+                fx.write(lcb.peer, lcb.machine.data_to_send())
 
-    def _down(self, lcb: LineControlBlock, reason: str) -> None:
-        """Every MSGBLOK the line held goes back to waiting, in order; they never left SEND_LIST."""
-        was = lcb.state
-        for blk in lcb.active:
-            blk.active = False
-        lcb.active.clear()
-        lcb.must_confirm = False
-        lcb.state, lcb.last_down = DOWN, reason
-        if was == UP:
-            self.d.trace.line("down", lcb.peer, lcb.cfg.protocol, reason=reason)
-            log.warning("%s: line to %s down: %s", self.d.host, lcb.peer, reason)
-        if lcb.port_open:
-            lcb.signon_at = time.monotonic() + lcb.backoff
-            lcb.backoff = min(lcb.backoff * 2, lcb.cfg.backoff_max)
-
-    # -- in the pass, inside the transaction: the Message-Receiver -------------------------
-    def receive(self, now: float) -> None:
+    # -- in the pass: timers and the Message-Receiver --------------------------------------------
+    def receive(self, fx: Effects, now: float, wall: float) -> None:
         for lcb in self.lcbs.values():
             if lcb.signon_at is not None and now >= lcb.signon_at:
                 self._sign_on(lcb, now)
             deadline = lcb.machine.next_deadline()
             if deadline is not None and now >= deadline:
                 lcb.machine.handle_timeout(now)
-            for ev in lcb.machine.events():
-                self._event(lcb, ev)
+            events, lcb.backlog = lcb.backlog + lcb.machine.events(), []
+            for ev in events:
+                self._event(lcb, ev, fx, now, wall)
 
-    def _event(self, lcb: LineControlBlock, ev) -> None:
-        d, proto = self.d, lcb.cfg.protocol
+    def _sign_on(self, lcb: LineControlBlock, now: float) -> None:
+        lcb.signon_at = None
+        if lcb.state is LineState.DOWN:
+            lcb.state = LineState.SIGNING_ON
+        lcb.machine.start(now)
+
+    def _down(self, lcb: LineControlBlock, reason: str, now: float, fx: Effects) -> None:
+        """Every MSGBLOK the line held goes back to waiting, in order; they never left SEND_LIST."""
+        for blk in lcb.active:
+            blk.state = BlockState.QUEUED
+        lcb.active.clear()
+        lcb.must_confirm = False
+        if lcb.state is LineState.UP:
+            fx.trace("line", "down", lcb.peer, lcb.cfg.protocol, reason=reason)
+            log.warning("%s: line to %s down: %s", self.host, lcb.peer, reason)
+        lcb.state, lcb.last_down = LineState.DOWN, reason
+        if lcb.port_open:
+            lcb.signon_at = now + lcb.backoff
+            lcb.backoff = min(lcb.backoff * 2, lcb.cfg.backoff_max)
+
+    def _event(self, lcb: LineControlBlock, ev, fx: Effects, now: float, wall: float) -> None:
+        proto = lcb.cfg.protocol
         if isinstance(ev, FrameTraced):
-            d.trace.frame(lcb.peer, proto, ev)
+            self._trace_frame(lcb, ev, fx)
         elif isinstance(ev, MessageReceived):
-            self._received(lcb, ev.image)
+            self._received(lcb, ev.image, fx, wall)
         elif isinstance(ev, MessageAcked):
-            self._acked(lcb, ev.image)
+            self._acked(lcb, ev.image, fx)
         elif isinstance(ev, LineUp):
-            lcb.state, lcb.backoff = UP, BACKOFF_MIN
+            lcb.state, lcb.backoff = LineState.UP, BACKOFF_MIN
             lcb.counters["ups"] += 1
-            d.trace.line("up", lcb.peer, proto, baud=lcb.cfg.baud)
-            log.info("%s: line to %s up (%s)", d.host, lcb.peer, proto)
+            fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud)
+            log.info("%s: line to %s up (%s)", self.host, lcb.peer, proto)
         elif isinstance(ev, LineDown):
             if ev.reason == "refused":
-                d.trace.line("signon_refused", lcb.peer, proto, reason="refused by the peer")
-            self._down(lcb, ev.reason)
+                fx.trace("line", "signon_refused", lcb.peer, proto, reason="refused by the peer")
+            self._down(lcb, ev.reason, now, fx)
         elif isinstance(ev, PeerRefused):
             lcb.counters["refused"] += 1
-            d.trace.line("signon_refused", lcb.peer, proto, reason=f"sign-on from {ev.peer!r}, not {lcb.peer!r}")
-            log.warning("%s: refused a sign-on from %r on the line to %s", d.host, ev.peer, lcb.peer)
+            why = getattr(ev, "reason", "") or f"sign-on from {ev.peer!r}, not {lcb.peer!r}"
+            fx.trace("line", "signon_refused", lcb.peer, proto, reason=why)
+            log.warning("%s: refused a sign-on on the line to %s: %s", self.host, lcb.peer, why)
         elif isinstance(ev, LineEvent):
-            d.trace.line(ev.kind, lcb.peer, proto, reason=ev.detail or None)
+            fx.trace("line", ev.kind, lcb.peer, proto, reason=ev.detail or None)
 
-    def _received(self, lcb: LineControlBlock, img: bytes) -> None:
-        d = self.d
+    @staticmethod
+    def _trace_frame(lcb: LineControlBlock, ev: FrameTraced, fx: Effects) -> None:
+        fx.trace("frame", ev.kind, lcb.peer, lcb.cfg.protocol, dir=ev.dir, bytes=ev.nbytes, ok=ev.ok, seq=ev.seq,
+                 origin=ev.origin, msg_id=ev.msg_id, retransmit=ev.retransmit or None)
+
+    def _received(self, lcb: LineControlBlock, img: bytes, fx: Effects, wall: float) -> None:
         lcb.must_confirm = True  # whatever happens below, the peer must stop sending it
         try:
-            m = image.decode(img, d.cfg.max_message)
+            m = image.decode(img, self.max_message)
         except image.ImageError as e:
             lcb.counters["bad_images"] += 1
-            log.warning("%s: dropped a bad message image from %s: %s", d.host, lcb.peer, e)
+            log.warning("%s: dropped a bad message image from %s: %s", self.host, lcb.peer, e)
             return
-        if m.to_id[:2] != d.host:
+        fields = dict(origin=m.origin, msg_id=m.msg_id, from_id=m.from_id, to_id=m.to_id, user_id=m.user_id)
+        if host_of(m.to_id) != self.host:
             lcb.counters["misrouted"] += 1
-            log.warning("%s: dropped a message for %s from %s: not for this host", d.host, m.to_id, lcb.peer)
+            log.warning("%s: dropped a message for %s from %s: not for this host", self.host, m.to_id, lcb.peer)
             return
-        if d.cp.is_duplicate(m.origin, m.msg_id):
+        if m.key in self.dups:
             lcb.counters["duplicates"] += 1
-            d.trace.msg("duplicate", line=lcb.peer, proto=lcb.cfg.protocol, origin=m.origin, msg_id=m.msg_id,
-                        from_id=m.from_id, to_id=m.to_id, user_id=m.user_id)
+            fx.trace("msg", "duplicate", lcb.peer, lcb.cfg.protocol, **fields)
             return
-        d.cp.add_dup_key(m.origin, m.msg_id)
         lcb.counters["received"] += 1
-        if self._drop_every and lcb.counters["received"] % self._drop_every == 0:
-            log.error("%s: MCCS_FAULT_DROP_RECEIVED: dropping %s/%d on purpose", d.host, m.origin, m.msg_id)
-            return
-        blk = MSGBLOK(d.cp.next_seq(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, time.time())
-        d.lists.recv.add(blk)
-        d.cp.add("recv_list", blk.row())
-        d.committed(blk)
-        d.after_commit_trace("received", blk, line=lcb.peer, proto=lcb.cfg.protocol)
-        d.counters["received"] += 1
+        self.counters["received"] += 1
+        blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall)
+        fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
+        self.lists.arrive(blk)
+        fx.trace("msg", "received", lcb.peer, lcb.cfg.protocol, **fields)
 
-    def _acked(self, lcb: LineControlBlock, img: bytes) -> None:
-        d = self.d
-        origin, msg_id = image.key_of(img)
-        blk = d.lists.send.by_msg_id.get(msg_id)
-        if origin != d.host or blk is None or not blk.active:
+    def _acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
+        """The acknowledgement of exactly one block: the oldest in flight on this line with its key."""
+        key = image.key_of(img)
+        blk = next((b for b in lcb.active if b.key == key), None)
+        if blk is None:
             lcb.counters["stray_acks"] += 1
             return
-        if blk in lcb.active:
-            lcb.active.remove(blk)
-        d.lists.send.remove(blk)
-        d.cp.delete("send_list", blk.seq)
-        d.after_commit_trace("acked", blk, line=lcb.peer, proto=lcb.cfg.protocol)
-        d.counters["acked"] += 1
+        lcb.active.remove(blk)
+        self.lists.send.remove(blk)
+        if blk.origin == self.host:
+            self.ids.release(blk.msg_id)
+        fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
+        fx.trace("msg", "acked", lcb.peer, lcb.cfg.protocol, origin=blk.origin, msg_id=blk.msg_id,
+                 from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
+        self.counters["acked"] += 1
 
-    # -- after the commit: acknowledgements, the Message-Sender, bytes out ------------------
-    def after_commit(self, now: float) -> None:
-        d = self.d
-        full = len(d.lists.recv) >= d.cfg.buffers
+    # -- acknowledgements, busy, the Message-Sender, bytes out ------------------------------------
+    def send(self, fx: Effects, busy: bool) -> None:
+        """After the pass's changes: acknowledge, say busy, hand blocks over, collect the bytes.
+        The shell writes them only once the changes are committed."""
         for lcb in self.lcbs.values():
             if lcb.must_confirm:
                 lcb.must_confirm = False
                 lcb.machine.confirm()
-            if full != lcb.busy:  # RECV_LIST full: "stored, send nothing more for now"
-                lcb.busy = full
-                lcb.machine.set_busy(full)
-            if lcb.state == UP:
-                self._send_some(lcb)
-            out = lcb.machine.data_to_send()
-            if out:
-                lcb.port.write(out)
-                d.wake()  # one more pass traces the frames that went out
+            if busy != lcb.busy:  # RECV_LIST full (or the disk): "stored, send nothing more for now"
+                lcb.busy = busy
+                lcb.machine.set_busy(busy)
+            if lcb.state is LineState.UP:
+                self._send_some(lcb, fx)
+            fx.write(lcb.peer, lcb.machine.data_to_send())
+            for ev in lcb.machine.events():  # the frames just built are traced in this pass
+                if isinstance(ev, FrameTraced):
+                    self._trace_frame(lcb, ev, fx)
+                else:
+                    lcb.backlog.append(ev)
 
-    def _send_some(self, lcb: LineControlBlock) -> None:
-        """The Message-Sender for one line: durable MSGBLOKs, in SEND_LIST order, while it has room."""
+    def _send_some(self, lcb: LineControlBlock, fx: Effects) -> None:
+        """The Message-Sender for one line: SEND_LIST's blocks in order, while the machine has room."""
         room = lcb.machine.room()
         if room <= 0:
             return
-        for blk in self.d.lists.send.of(lcb.peer):
+        for blk in self.lists.send.queue(lcb.peer):
             if room <= 0:
                 break
-            if blk.active or not blk.durable:
+            if blk.state is BlockState.IN_FLIGHT:
                 continue
             img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data)
             try:
@@ -258,24 +247,19 @@ class Lines:
                     lcb.held = blk
                     lcb.counters["too_large"] += 1
                     log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
-                              "wait on SEND_LIST until max_message is the same at both ends", self.d.host,
+                              "wait on SEND_LIST until max_message is the same at both ends", self.host,
                               blk.origin, blk.msg_id, len(blk.data), lcb.peer, e)
                 return  # keep order: nothing after it overtakes it
             lcb.held = None
-            blk.active = True
+            blk.state = BlockState.IN_FLIGHT
             lcb.active.append(blk)
             room -= 1
             if not blk.sent:
                 blk.sent = True
-                self.d.trace.msg("sent", line=lcb.peer, proto=lcb.cfg.protocol, origin=blk.origin,
-                                 msg_id=blk.msg_id, from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
+                fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, origin=blk.origin, msg_id=blk.msg_id,
+                         from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
 
-    def deadlines(self) -> list[float]:
-        out = []
-        for lcb in self.lcbs.values():
-            deadline = lcb.machine.next_deadline()
-            if deadline is not None:
-                out.append(deadline)
-            if lcb.signon_at is not None:
-                out.append(lcb.signon_at)
-        return out
+    def deadline(self) -> float | None:
+        times = [t for lcb in self.lcbs.values() for t in (lcb.machine.next_deadline(), lcb.signon_at)
+                 if t is not None]
+        return min(times, default=None)

@@ -2,15 +2,28 @@
 
 SEND_LIST holds MSGBLOKs accepted here and not yet acknowledged by the next host; RECV_LIST holds
 MSGBLOKs arrived here (from a line or a local SEND) and not yet taken by RECV; WAIT_LIST holds
-PRQBLOKs, the pending SEND and RECV requests of connected processes.
+PRQBLOKs, the pending SEND and RECV requests of connected processes. Each list is indexed for
+the lookups its users make, so no pass walks a whole list: the Message-Sender reads SEND_LIST
+per destination, a RECV looks only at its own process's mailbox, and WAIT_LIST keeps its
+waiting RECVs per process with their deadlines in a heap.
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, defaultdict
+import heapq
+import itertools
+from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from enum import StrEnum
+from typing import Iterator
 
-from checkpoint.store import Row
+from checkpoint.changes import PendingSend, Row
+from linedrivers.ids import host_of
+
+
+class BlockState(StrEnum):
+    QUEUED = "waiting"  # SEND_LIST: waits for its line; RECV_LIST: waits for a RECV
+    IN_FLIGHT = "in flight"  # SEND_LIST: handed to a line machine, acknowledgement awaited
+    HANDED = "handed"  # RECV_LIST: handed to a process, its confirm awaited
 
 
 @dataclass(eq=False)
@@ -21,125 +34,271 @@ class MSGBLOK:
     msg_id: int
     user_id: int
     data: bytes
-    ts: float  # when accepted at the origin (local clock)
-    active: bool = False  # SEND_LIST: handed to a line; RECV_LIST: handed to a process, confirm awaited
-    durable: bool = False  # committed: only then may it leave the daemon
-    holder: Any = None  # RECV_LIST: the connection it was handed to
+    ts: float  # when it was stored here (wall clock)
+    state: BlockState = BlockState.QUEUED
+    holder: int | None = None  # RECV_LIST: the connection it was handed to
     sent: bool = False  # SEND_LIST: traced as sent on a line
 
     @classmethod
     def from_row(cls, row: Row) -> "MSGBLOK":
-        return cls(row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts, durable=True)
+        return cls(row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts)
 
     def row(self) -> Row:
         return Row(self.seq, self.to_id, self.from_id, self.msg_id, self.user_id, self.data, self.ts)
 
     @property
     def origin(self) -> str:
-        return self.from_id[:2]
+        return host_of(self.from_id)
+
+    @property
+    def dest(self) -> str:
+        return host_of(self.to_id)
 
     @property
     def key(self) -> tuple[str, int]:
-        return (self.from_id[:2], self.msg_id)
+        return (self.origin, self.msg_id)
+
+
+class Op(StrEnum):
+    SEND = "send"
+    RECV = "recv"
 
 
 @dataclass(eq=False)
 class PRQBLOK:
     """A process request waiting on WAIT_LIST: a SEND that found no buffer, or a RECV."""
-    op: str  # "send" or "recv"
-    conn: Any  # the process connection to answer; None for a restored SEND whose process is gone
-    rid: Any  # the request's id on that connection, echoed in the reply
+    op: Op
+    conn: int | None  # the connection to answer; None for a restored SEND whose process is gone
+    rid: object  # the request's id on that connection, echoed in the reply
     from_id: str  # SEND: the sender (set by the daemon); RECV: the FROM_ID selection ("" = any)
-    to_id: str = ""  # SEND: destination; RECV: the receiving process
+    to_id: str  # SEND: destination; RECV: the receiving process
     user_id: int = 0
     data: bytes = b""
     req: str = ""  # SEND: the client's random request id
-    wait: bool = True  # RECV: STATUS 0
+    seq: int = 0  # SEND: its place on WAIT_LIST, kept in the checkpoint once durable
+    wait: bool = True  # RECV: STATUS 0, wait for a message
     deadline: float | None = None  # RECV: give up (answer "nothing") at this monotonic time
     durable: bool = False  # SEND: stored in the checkpoint's wait_list
-    retries: list = field(default_factory=list)  # SEND: (conn, rid) of the same request asked again meanwhile
+    retries: list[tuple[int, object]] = field(default_factory=list)  # SEND: (conn, rid) asking again meanwhile
+    done: bool = False  # answered: skipped where it still sits in a queue or the heap
+
+    @classmethod
+    def restored(cls, p: PendingSend) -> "PRQBLOK":
+        return cls(Op.SEND, None, None, p.from_id, p.to_id, p.user_id, p.data, req=p.req, seq=p.seq, durable=True)
+
+    def pending(self) -> PendingSend:
+        return PendingSend(self.req, self.seq, self.from_id, self.to_id, self.user_id, self.data)
+
+    def answers(self) -> list[tuple[int, object]]:
+        """Every (connection, request id) waiting for this request's reply."""
+        return [(c, r) for c, r in [(self.conn, self.rid), *self.retries] if c is not None]
 
 
-class BlockList:
-    """An ordered list of MSGBLOKs, indexed by a key function for the lookups its users make."""
+class SendList:
+    """SEND_LIST, per destination host: the Message-Sender serves each line in order."""
 
-    def __init__(self, index_of):
-        self._index_of = index_of
-        self._by_index: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
+    def __init__(self):
+        self._by_dest: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
     def add(self, blk: MSGBLOK) -> None:
-        self._by_index[self._index_of(blk)][blk.seq] = blk
+        self._by_dest[blk.dest][blk.seq] = blk
         self._count += 1
 
     def remove(self, blk: MSGBLOK) -> None:
-        bucket = self._by_index[self._index_of(blk)]
-        if bucket.pop(blk.seq, None) is not None:
+        bucket = self._by_dest.get(blk.dest)
+        if bucket is not None and bucket.pop(blk.seq, None) is not None:
             self._count -= 1
-        if not bucket:
-            del self._by_index[self._index_of(blk)]
+            if not bucket:
+                del self._by_dest[blk.dest]
 
-    def of(self, index: str) -> Iterator[MSGBLOK]:
-        """The blocks under one index value, in order."""
-        return iter(list(self._by_index.get(index, {}).values()))
+    def queue(self, dest: str) -> Iterator[MSGBLOK]:
+        """The blocks for one destination, in order, lazily: do not change the list meanwhile."""
+        return iter(self._by_dest.get(dest, {}).values())
 
     def __iter__(self) -> Iterator[MSGBLOK]:
-        blocks = [b for bucket in self._by_index.values() for b in bucket.values()]
+        return iter(sorted((b for bucket in self._by_dest.values() for b in bucket.values()), key=lambda b: b.seq))
+
+
+class Mailbox:
+    """One process's part of RECV_LIST: the blocks it may still be handed, in order, indexed by
+    FROM_ID and USER_ID so a selective RECV does not walk the others; handed blocks apart."""
+
+    def __init__(self):
+        self.ready: OrderedDict[int, MSGBLOK] = OrderedDict()
+        self.by_from: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
+        self.by_user: dict[int, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
+        self.handed: dict[int, MSGBLOK] = {}
+
+    def __len__(self) -> int:
+        return len(self.ready) + len(self.handed)
+
+    def put(self, blk: MSGBLOK) -> None:
+        for index in (self.ready, self.by_from[blk.from_id], self.by_user[blk.user_id]):
+            index[blk.seq] = blk
+
+    def take(self, blk: MSGBLOK) -> None:
+        """Off the ready indexes (handed to a process, or gone)."""
+        self.ready.pop(blk.seq, None)
+        for index, key in ((self.by_from, blk.from_id), (self.by_user, blk.user_id)):
+            bucket = index.get(key)
+            if bucket is not None:
+                bucket.pop(blk.seq, None)
+                if not bucket:
+                    del index[key]
+
+    def restore_order(self) -> None:
+        """Blocks given back (their process went away) go to their places by seq again."""
+        blocks = sorted(self.ready.values(), key=lambda b: b.seq)
+        self.ready.clear()
+        self.by_from.clear()
+        self.by_user.clear()
+        for blk in blocks:
+            self.put(blk)
+
+    def match(self, from_id: str, user_id: int) -> MSGBLOK | None:
+        """The paper's RECV rule: the first ready MSGBLOK, by FROM_ID and USER_ID if given."""
+        if from_id.strip() and user_id:
+            a, b = self.by_from.get(from_id, {}), self.by_user.get(user_id, {})
+            small, other = (a, b) if len(a) <= len(b) else (b, a)
+            return next((blk for seq, blk in small.items() if seq in other), None)
+        index = self.by_from.get(from_id) if from_id.strip() else self.by_user.get(user_id) if user_id else self.ready
+        return next(iter(index.values()), None) if index else None
+
+
+class RecvList:
+    """RECV_LIST, a Mailbox per receiving process (TO_ID)."""
+
+    def __init__(self):
+        self.boxes: dict[str, Mailbox] = defaultdict(Mailbox)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, blk: MSGBLOK) -> None:
+        self.boxes[blk.to_id].put(blk)
+        self._count += 1
+
+    def hand(self, blk: MSGBLOK, conn: int) -> None:
+        box = self.boxes[blk.to_id]
+        box.take(blk)
+        box.handed[blk.seq] = blk
+        blk.state, blk.holder = BlockState.HANDED, conn
+
+    def give_back(self, blk: MSGBLOK) -> None:
+        """Its process went away unconfirmed: ready again, in its place (call restore_order after)."""
+        box = self.boxes[blk.to_id]
+        box.handed.pop(blk.seq, None)
+        blk.state, blk.holder = BlockState.QUEUED, None
+        box.put(blk)
+
+    def remove(self, blk: MSGBLOK) -> None:
+        box = self.boxes.get(blk.to_id)
+        if box is None:
+            return
+        box.take(blk)
+        box.handed.pop(blk.seq, None)
+        self._count -= 1
+        if not len(box):
+            del self.boxes[blk.to_id]
+
+    def match(self, to_id: str, from_id: str, user_id: int) -> MSGBLOK | None:
+        box = self.boxes.get(to_id)
+        return box.match(from_id, user_id) if box is not None else None
+
+    def __iter__(self) -> Iterator[MSGBLOK]:
+        blocks = (b for box in self.boxes.values() for b in itertools.chain(box.ready.values(), box.handed.values()))
         return iter(sorted(blocks, key=lambda b: b.seq))
 
 
-class SendList(BlockList):
-    """SEND_LIST, indexed by destination host: the Message-Sender serves each line in order."""
+class WaitList:
+    """WAIT_LIST: SENDs in arrival order per list they wait for (SEND_LIST, or RECV_LIST for a
+    local destination), RECVs per receiving process, and the RECVs' deadlines in a heap."""
 
     def __init__(self):
-        super().__init__(lambda b: b.to_id[:2])
-        self.by_msg_id: dict[int, MSGBLOK] = {}
+        self.remote_sends: deque[PRQBLOK] = deque()
+        self.local_sends: deque[PRQBLOK] = deque()
+        self.fresh_sends: list[PRQBLOK] = []  # arrived since the last pass: made durable if they wait
+        self.durable_sends = 0
+        self.recvs: dict[str, deque[PRQBLOK]] = defaultdict(deque)
+        self.dirty: set[str] = set()  # processes whose RECVs may match now
+        self._deadlines: list[tuple[float, int, PRQBLOK]] = []
+        self._tiebreak = itertools.count()
 
-    def add(self, blk: MSGBLOK) -> None:
-        super().add(blk)
-        self.by_msg_id[blk.msg_id] = blk
+    def __len__(self) -> int:
+        return len(self.remote_sends) + len(self.local_sends) + sum(len(q) for q in self.recvs.values())
 
-    def remove(self, blk: MSGBLOK) -> None:
-        super().remove(blk)
-        if self.by_msg_id.get(blk.msg_id) is blk:
-            del self.by_msg_id[blk.msg_id]
+    def add_send(self, prq: PRQBLOK, local: bool) -> None:
+        (self.local_sends if local else self.remote_sends).append(prq)
+        if prq.durable:
+            self.durable_sends += 1
+        else:
+            self.fresh_sends.append(prq)
+
+    def add_recv(self, prq: PRQBLOK) -> None:
+        self.recvs[prq.to_id].append(prq)
+        self.dirty.add(prq.to_id)
+        if prq.deadline is not None:
+            heapq.heappush(self._deadlines, (prq.deadline, next(self._tiebreak), prq))
+
+    def find_send(self, req: str) -> PRQBLOK | None:
+        return next((p for q in (self.remote_sends, self.local_sends) for p in q if p.req == req and not p.done), None)
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines and self._deadlines[0][2].done:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def expired(self, now: float) -> list[PRQBLOK]:
+        """RECVs whose deadline has passed (the caller answers them)."""
+        out = []
+        while self._deadlines and (self._deadlines[0][2].done or self._deadlines[0][0] <= now):
+            prq = heapq.heappop(self._deadlines)[2]
+            if not prq.done:
+                out.append(prq)
+        return out
+
+    def drop_recvs(self, conn: int, name: str | None) -> None:
+        """A connection went away: its waiting RECVs die with it (the library asks again)."""
+        for prq in self.recvs.get(name, ()) if name else ():
+            if prq.conn == conn:
+                prq.done = True
+        self.prune(name)
+
+    def prune(self, name: str | None) -> None:
+        """Drop answered RECVs from a process's queue (they leave the heap when they reach its top)."""
+        queue = self.recvs.get(name)
+        if queue is not None:
+            kept = deque(p for p in queue if not p.done)
+            if kept:
+                self.recvs[name] = kept
+            else:
+                del self.recvs[name]
 
 
-class RecvList(BlockList):
-    """RECV_LIST, indexed by the receiving process (TO_ID)."""
+class Sequence:
+    """The checkpoint order of blocks and waiting SENDs: one counter, stored once a pass."""
 
-    def __init__(self):
-        super().__init__(lambda b: b.to_id)
-        self.keys: Counter = Counter()  # (origin, MSG_ID) on the list
+    def __init__(self, next_seq: int):
+        self.next = next_seq
+        self.dirty = False
 
-    def add(self, blk: MSGBLOK) -> None:
-        super().add(blk)
-        self.keys[blk.key] += 1
-
-    def remove(self, blk: MSGBLOK) -> None:
-        super().remove(blk)
-        self.keys[blk.key] -= 1
-        if self.keys[blk.key] <= 0:
-            del self.keys[blk.key]
-
-    def match(self, to_id: str, from_id: str, user_id: int) -> MSGBLOK | None:
-        """The paper's RECV rule: first eligible MSGBLOK for this process, by FROM_ID and USER_ID."""
-        for blk in self._by_index.get(to_id, {}).values():
-            if blk.active:
-                continue
-            if from_id.strip() and blk.from_id != from_id:
-                continue
-            if user_id and blk.user_id != user_id:
-                continue
-            return blk
-        return None
+    def take(self) -> int:
+        seq, self.next, self.dirty = self.next, self.next + 1, True
+        return seq
 
 
 @dataclass
 class Lists:
     send: SendList = field(default_factory=SendList)
     recv: RecvList = field(default_factory=RecvList)
-    wait: list[PRQBLOK] = field(default_factory=list)
+    wait: WaitList = field(default_factory=WaitList)
+
+    def arrive(self, blk: MSGBLOK) -> None:
+        """A message for a process of this host: on RECV_LIST, and its waiting RECVs looked at."""
+        self.recv.add(blk)
+        self.wait.dirty.add(blk.to_id)

@@ -1,65 +1,163 @@
 """The process socket: a Unix domain socket on which processes make SEND and RECV requests.
 
-One `Connection` per process. It only frames and unframes; the daemon decides. A request that
-cannot be read gets an error reply; a frame over the size limit closes the connection, since
-the stream can no longer be trusted. Other processes are not affected either way.
+One `Connection` per process. It frames and unframes, knows who is at the other end
+(SO_PEERCRED), and keeps every client within bounds: at most MAX_OUTSTANDING requests without a
+reply, and no reading while its replies are not being read (the transport's write buffer is
+over its high-water mark). A client that pipelines requests or never reads simply stops being
+read; its memory in the daemon stays bounded, and other processes are not slowed.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import grp
 import logging
 import os
 import socket
+import struct
+from collections import deque
 from pathlib import Path
+from typing import Protocol
 
 from .ipc import Deframer, FrameError, frame
+from .sessions import Creds
 
 log = logging.getLogger("mccs.server")
 
+MAX_OUTSTANDING = 64  # requests read from one connection and not yet answered
+WRITE_HIGH = 1 << 20  # bytes of replies waiting for the client before we stop reading it
+WRITE_ABORT = 64 << 20  # far over: the client is dropped
+CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+class Owner(Protocol):
+    """What the daemon does with a connection's traffic."""
+    def connected(self, conn: "Connection") -> None: ...
+    def request(self, conn: "Connection", obj: dict) -> None: ...
+    def disconnected(self, conn: "Connection") -> None: ...
+    def bad_frame(self, conn: "Connection", error: FrameError) -> None: ...
+
 
 class Connection(asyncio.Protocol):
-    def __init__(self, daemon, limit: int):
-        self.daemon = daemon
+    def __init__(self, owner: Owner, conn_id: int, limit: int):
+        self.owner = owner
+        self.id = conn_id
         self.deframer = Deframer(limit)
         self.transport: asyncio.Transport | None = None
-        self.name: str | None = None  # the process id this connection holds, once it said hello
-        self.handed: dict[int, object] = {}  # RECV_LIST MSGBLOKs handed out, confirm awaited, by seq
+        self.creds: Creds | None = None
         self.closed = False
+        self.outstanding = 0
+        self._backlog: deque[dict | FrameError] = deque()
+        self._write_paused = False
+        self._read_paused = False
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH)
+        sock = transport.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):
+            self.creds = Creds(*CREDS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, CREDS.size)))
+        self.owner.connected(self)
 
     def data_received(self, data: bytes) -> None:
         try:
-            requests = self.deframer.feed(data)
-        except FrameError as e:
-            self.daemon.counters["bad_requests"] += 1
-            self.reply({"ok": False, "error": str(e), "code": "bad_request"})
+            self._backlog.extend(self.deframer.feed(data))
+        except FrameError as e:  # over the size limit: the stream can no longer be trusted
+            self.send({"ok": False, "error": str(e), "code": "bad_request"})
             self.transport.close()
             return
-        for req in requests:
-            if isinstance(req, FrameError):
-                self.daemon.counters["bad_requests"] += 1
-                self.reply({"ok": False, "error": str(req), "code": "bad_request"})
+        self._serve()
+
+    def _serve(self) -> None:
+        """Hand requests to the daemon while the client is within its bounds; else stop reading."""
+        while self._backlog and self.outstanding < MAX_OUTSTANDING and not self.closed:
+            item = self._backlog.popleft()
+            self.outstanding += 1
+            if isinstance(item, FrameError):
+                self.owner.bad_frame(self, item)
             else:
-                self.daemon.request(self, req)
+                self.owner.request(self, item)
+        self._flow()
+
+    def _flow(self) -> None:
+        pause = bool(self._backlog) or self.outstanding >= MAX_OUTSTANDING or self._write_paused
+        if self.closed or pause == self._read_paused:
+            return
+        self._read_paused = pause
+        (self.transport.pause_reading if pause else self.transport.resume_reading)()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._flow()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._serve()
 
     def connection_lost(self, exc) -> None:
         self.closed = True
-        self.daemon.disconnected(self)
+        self.owner.disconnected(self)
 
-    def reply(self, obj: dict) -> None:
-        if not self.closed and self.transport is not None:
-            self.transport.write(frame(obj))
+    def answer(self, body: dict) -> None:
+        """The reply to one of this connection's requests."""
+        self.outstanding -= 1
+        self.send(body)
+        self._serve()
+
+    def send(self, body: dict) -> None:
+        if self.closed or self.transport is None:
+            return
+        self.transport.write(frame(body))
+        if self.transport.get_write_buffer_size() > WRITE_ABORT:
+            log.warning("dropping a client that does not read its replies (%d bytes waiting)",
+                        self.transport.get_write_buffer_size())
+            self.transport.abort()
 
 
-async def listen(daemon, path: str, group: str, limit: int) -> asyncio.AbstractServer:
-    """Bind the socket owner-only (0600), or 0660 for `group`, in a directory made if missing."""
+class SocketInUse(OSError):
+    """Another daemon serves this socket path."""
+
+
+def lock_socket(path: str, group: str) -> int:
+    """One daemon per socket path: an flock on a side file, and no daemon answering there."""
     sock_path = Path(path)
     sock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o750 if group else 0o700)
-    _remove_stale(sock_path)
+    fd = os.open(f"{sock_path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SocketInUse(f"another MCCS daemon serves {path} (lock {path}.lock); "
+                          "give this host its own socket") from None
+    if _answers(sock_path):
+        os.close(fd)
+        raise SocketInUse(f"a daemon answers on {path}; give this host its own socket")
+    return fd
+
+
+def _answers(path: Path) -> bool:
+    if not path.is_socket():
+        return False
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+async def listen(owner: Owner, path: str, group: str, limit: int) -> asyncio.AbstractServer:
+    """Bind the socket owner-only (0600), or 0660 for `group`, in a directory made if missing.
+    Call lock_socket first: a socket file left here is then known to be stale."""
+    sock_path = Path(path)
+    sock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o750 if group else 0o700)
+    if sock_path.exists() or sock_path.is_symlink():
+        if not sock_path.is_socket():
+            raise FileExistsError(f"{sock_path} exists and is not a socket; refusing to replace it")
+        sock_path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
@@ -69,14 +167,6 @@ async def listen(daemon, path: str, group: str, limit: int) -> asyncio.AbstractS
     if group:
         os.chown(sock_path, -1, grp.getgrnam(group).gr_gid)
         os.chmod(sock_path, 0o660)
+    ids = iter(range(1, 1 << 62))
     loop = asyncio.get_running_loop()
-    return await loop.create_unix_server(lambda: Connection(daemon, limit), sock=sock)
-
-
-def _remove_stale(path: Path) -> None:
-    """A socket file left by a daemon that died; the checkpoint lock already proved none runs."""
-    if path.exists() or path.is_symlink():
-        if not path.is_socket():
-            raise FileExistsError(f"{path} exists and is not a socket; refusing to replace it")
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    return await loop.create_unix_server(lambda: Connection(owner, next(ids), limit), sock=sock)

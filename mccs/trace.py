@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+from .effects import TraceEvent
+
 log = logging.getLogger("mccs.trace")
 
 VERSION = 1
@@ -48,11 +50,13 @@ class TraceWriter:
         if self.errors in (1, 10, 100) or self.errors % 1000 == 0:
             log.warning("trace write failed (%d so far): %s", self.errors, e)
 
-    def _line(self, type_: str, line: str | None, proto: str | None, fields: dict) -> bytes:
-        event = {"v": VERSION, "ts": round(time.time(), 6), "host": self.host, "line": line,
-                 "proto": proto, "type": type_}
-        event.update((k, v) for k, v in fields.items() if v is not None)
-        return (json.dumps(event, separators=(",", ":")) + "\n").encode()
+    def write(self, ev: TraceEvent) -> None:
+        """Buffered until the next flush(), which every pass makes after its commit and before its
+        replies; absent fields are left out."""
+        event = {"v": VERSION, "ts": round(time.time(), 6), "host": self.host, "line": ev.line,
+                 "proto": ev.proto, "type": ev.type, "kind": ev.kind}
+        event.update((k, v) for k, v in ev.fields.items() if v is not None)
+        self._pending.append((json.dumps(event, separators=(",", ":")) + "\n").encode())
 
     def _write(self, data: bytes) -> None:
         if self._fd is None or self._size >= self.max_bytes:
@@ -65,20 +69,6 @@ class TraceWriter:
             self._size += os.write(self._fd, data)
         except OSError as e:
             self._fail(e)
-
-    def msg(self, kind: str, *, line: str | None = None, proto: str | None = None, **fields) -> None:
-        """accepted sent acked received delivered duplicate: written at the next flush(), before any reply."""
-        self._pending.append(self._line("msg", line, proto, {"kind": kind, **fields}))
-
-    def line(self, kind: str, line: str, proto: str, **fields) -> None:
-        """up down signon_refused timeout retry."""
-        self._pending.append(self._line("line", line, proto, {"kind": kind, **fields}))
-
-    def frame(self, line: str, proto: str, ev) -> None:
-        """A FrameTraced event from a line machine: buffered, flushed within a second."""
-        self._pending.append(self._line("frame", line, proto, {
-            "dir": ev.dir, "kind": ev.kind, "bytes": ev.nbytes, "ok": ev.ok, "seq": ev.seq,
-            "origin": ev.origin, "msg_id": ev.msg_id, "retransmit": ev.retransmit or None}))
 
     def flush(self) -> None:
         if self._pending:

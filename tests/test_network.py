@@ -166,7 +166,8 @@ def test_loopback_command_detects_an_injected_loss(tmp_path):
             "--timeout", "25"]
     good = subprocess.run(base + ["--dir", str(tmp_path / "good")], capture_output=True, text=True, timeout=100)
     assert good.returncode == 0 and "PASS" in good.stdout, good.stdout + good.stderr
-    bad = subprocess.run(base + ["--dir", str(tmp_path / "bad"), "--fault-drop-received", "10"],
+    # the receiving processes (test tooling, not the daemons) leave every 4th message out of their logs
+    bad = subprocess.run(base + ["--dir", str(tmp_path / "bad"), "--fault-drop-received", "4"],
                          capture_output=True, text=True, timeout=100)
     assert bad.returncode == 1 and "FAIL" in bad.stdout
     lost = int(next(line.split()[-1] for line in bad.stdout.splitlines() if line.strip().startswith("lost ")))

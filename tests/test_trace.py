@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import mccs
-from linedrivers.events import FrameTraced
+from mccs.effects import TraceEvent
 from mccs.trace import TraceWriter
 from tools.hosts import DaemonProcess, write_config
 
@@ -21,10 +21,12 @@ def _events(directory) -> list[dict]:
 def test_schema_and_rotation(tmp_path):
     t = TraceWriter(tmp_path, "AA", max_bytes=4096)
     for i in range(100):
-        t.frame("BB", "async", FrameTraced("tx", "D", 150, True, i % 256, "AA", i, i % 7 == 0))
-        t.msg("accepted", origin="AA", msg_id=i, from_id="AAP   ", to_id="BBQ   ", user_id=i)
+        t.write(TraceEvent("frame", "D", "BB", "async", dict(dir="tx", bytes=150, ok=True, seq=i % 256, origin="AA",
+                                                             msg_id=i, retransmit=(i % 7 == 0) or None)))
+        t.write(TraceEvent("msg", "accepted", fields=dict(origin="AA", msg_id=i, from_id="AAP   ", to_id="BBQ   ",
+                                                          user_id=i)))
         t.flush()
-    t.line("up", "BB", "async", baud=9600)
+    t.write(TraceEvent("line", "up", "BB", "async", {"baud": 9600}))
     t.close()
     files = sorted(tmp_path.glob("AA-*.jsonl"))
     assert len(files) > 3 and all(f.stat().st_size <= 4096 + 1024 for f in files)

@@ -44,7 +44,7 @@ class Options:
     timeout: float = 240.0  # for the whole run
     seed: int = 1
     dir: str | None = None  # keep everything here (configs, checkpoints, traces, logs)
-    fault_drop_received: int = 0  # test hook: daemons drop every Nth received message
+    fault_drop_received: int = 0  # test of the verdict: receivers forget every Nth message they got
     quiet: bool = False
 
 
@@ -88,7 +88,6 @@ class Network:
         return self.opts.protocol
 
     def configs(self) -> None:
-        env = {"MCCS_FAULT_DROP_RECEIVED": str(self.opts.fault_drop_received)} if self.opts.fault_drop_received else {}
         for host in self.hosts:
             lines = []
             for spec in self.links:
@@ -99,7 +98,7 @@ class Network:
                 lines.append({"peer": peer, "port": self.vlines.port(host, peer), "protocol": self.protocol[spec],
                               "baud": self.opts.baud, "role": "primary" if host < peer else "secondary",
                               **timers(self.opts.baud)})
-            self.daemons[host] = DaemonProcess(write_config(self.root, host, lines), env=env)
+            self.daemons[host] = DaemonProcess(write_config(self.root, host, lines))
 
     def plan_traffic(self) -> dict[str, list[str]]:
         """Each message: a sender process, a receiver process on a directly linked host."""
@@ -120,7 +119,8 @@ class Network:
             for i in range(self.opts.receivers):
                 name = f"R{i}"
                 self.procs.append(subprocess.Popen(py + ["recv", str(self.daemons[host].config), name,
-                                                         str(logs / f"{host}{name}.recv"), str(self.root / "stop")]))
+                                                         str(logs / f"{host}{name}.recv"), str(self.root / "stop"),
+                                                         str(self.opts.fault_drop_received)]))
         for sender, targets in plans.items():
             plan = logs / f"{sender}.plan"
             plan.write_text("\n".join(targets) + "\n")

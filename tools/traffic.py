@@ -6,7 +6,10 @@ message carries its sender's sequence number and send time, so the loopback runn
 lost, duplicated and reordered messages and latencies from the logs alone.
 
     python -m tools.traffic send CONFIG NAME LOG PLAN       (PLAN: a file of TO_IDs, one a line)
-    python -m tools.traffic recv CONFIG NAME LOG STOPFILE
+    python -m tools.traffic recv CONFIG NAME LOG STOPFILE [FORGET_EVERY]
+
+FORGET_EVERY (a test of the verdict, not of MCCS): the receiver leaves every Nth message it got
+out of its log, as if it had been lost, so the runner must report a failure.
 """
 from __future__ import annotations
 
@@ -37,14 +40,18 @@ def send(config: str, name: str, log: str, plan: str, size: str = "64") -> None:
             out.write(f"{msg_id} {seq} {sent:.6f} {to_id}\n")
 
 
-def recv(config: str, name: str, log: str, stopfile: str) -> None:
+def recv(config: str, name: str, log: str, stopfile: str, forget_every: str = "0") -> None:
     with mccs.connect(config, name, connect_timeout=60, reconnect_timeout=120) as client, \
             open(log, "a", buffering=1) as out:
+        got = 0
         while True:
             msg = client.recv(timeout=0.5)
             if msg is None:
                 if os.path.exists(stopfile):
                     return
+                continue
+            got += 1
+            if int(forget_every) and got % int(forget_every) == 0:
                 continue
             seq, sent = decode(msg.data)
             out.write(f"{msg.from_id.rstrip()} {seq} {sent:.6f} {time.time():.6f} {msg.msg_id}\n")

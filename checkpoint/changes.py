@@ -1,0 +1,94 @@
+"""Checkpoint changes as data: what the daemon's core asks to be stored, applied by the shell.
+
+The core never touches SQLite. It returns a list of `Change`s for a pass; the daemon applies
+them in one transaction and commits before anything that depends on them leaves the daemon.
+Each constructor here is the one place that knows a table's columns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Table(StrEnum):
+    META = "meta"
+    SEND_LIST = "send_list"
+    RECV_LIST = "recv_list"
+    WAIT_LIST = "wait_list"
+    SEND_DONE = "send_done"
+    DUP_WINDOW = "dup_window"  # (origin, MSG_ID) keys received here: duplicates are dropped
+    SENT_WINDOW = "sent_window"  # (destination host, MSG_ID) keys sent from here: never reused too soon
+
+
+MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts")
+
+
+@dataclass(frozen=True)
+class Row:
+    """A MSGBLOK as stored: `seq` orders the lists and survives restarts."""
+    seq: int
+    to_id: str
+    from_id: str
+    msg_id: int
+    user_id: int
+    data: bytes
+    ts: float
+
+
+@dataclass(frozen=True)
+class PendingSend:
+    """A SEND PRQBLOK on WAIT_LIST (its list was full), kept so a retry finds it."""
+    req: str
+    seq: int
+    from_id: str
+    to_id: str
+    user_id: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Change:
+    """One statement of a pass's transaction."""
+    sql: str
+    params: tuple
+
+
+def add_block(table: Table, row: Row) -> Change:
+    return Change(f"INSERT INTO {table} ({', '.join(MSGBLOK_COLUMNS)}) VALUES (?,?,?,?,?,?,?)",
+                  (row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts))
+
+
+def delete_block(table: Table, seq: int) -> Change:
+    return Change(f"DELETE FROM {table} WHERE seq = ?", (seq,))
+
+
+def set_meta(key: str, value: str | int) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.META} (key, value) VALUES (?, ?)", (key, str(value)))
+
+
+def add_waiting(p: PendingSend) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.WAIT_LIST} (req, seq, from_id, to_id, user_id, data) "
+                  "VALUES (?,?,?,?,?,?)", (p.req, p.seq, p.from_id, p.to_id, p.user_id, p.data))
+
+
+def delete_waiting(req: str) -> Change:
+    return Change(f"DELETE FROM {Table.WAIT_LIST} WHERE req = ?", (req,))
+
+
+def send_done(req: str, seq: int, msg_id: int, to_id: str) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.SEND_DONE} (req, seq, msg_id, to_id) VALUES (?,?,?,?)",
+                  (req, seq, msg_id, to_id))
+
+
+def trim_send_done(keep: int) -> Change:
+    return Change(f"DELETE FROM {Table.SEND_DONE} WHERE seq < (SELECT seq FROM {Table.SEND_DONE} "
+                  "ORDER BY seq DESC LIMIT 1 OFFSET ?)", (keep,))
+
+
+def add_key(table: Table, host: str, msg_id: int, seq: int) -> Change:
+    """A key of the duplicate window (host = origin) or of the sent window (host = destination)."""
+    return Change(f"INSERT OR REPLACE INTO {table} (host, msg_id, seq) VALUES (?,?,?)", (host, msg_id, seq))
+
+
+def delete_key(table: Table, host: str, msg_id: int) -> Change:
+    return Change(f"DELETE FROM {table} WHERE host = ? AND msg_id = ?", (host, msg_id))

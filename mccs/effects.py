@@ -1,0 +1,61 @@
+"""What one pass of the daemon's core asks its shell to do, in the order the rules need it done.
+
+The order of the fields of `Effects` is the durability rule of DESIGN.md sections 4.3 and 5:
+first the checkpoint changes (one transaction, committed), then the trace events (written,
+before anything that depends on them), then the replies to processes, then the bytes for the
+lines (acknowledgements among them). If the commit fails, nothing after it is done.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from checkpoint.changes import Change
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One trace line of DESIGN.md section 6; the writer adds v, ts and host."""
+    type: str  # frame, msg or line
+    kind: str
+    line: str | None = None
+    proto: str | None = None
+    fields: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reply:
+    conn: int
+    body: dict
+
+
+@dataclass(frozen=True)
+class LineWrite:
+    peer: str
+    data: bytes
+
+
+@dataclass
+class Effects:
+    changes: list[Change] = field(default_factory=list)
+    traces: list[TraceEvent] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)
+    writes: list[LineWrite] = field(default_factory=list)
+    deadline: float | None = None  # run the next pass by this monotonic time
+
+    def change(self, *changes: Change) -> None:
+        self.changes.extend(changes)
+
+    def trace(self, type_: str, kind: str, line: str | None = None, proto: str | None = None, **fields) -> None:
+        self.traces.append(TraceEvent(type_, kind, line, proto, fields))
+
+    def reply(self, conn: int | None, body: dict) -> None:
+        if conn is not None:
+            self.replies.append(Reply(conn, body))
+
+    def write(self, peer: str, data: bytes) -> None:
+        if data:
+            self.writes.append(LineWrite(peer, data))
+
+    def wake_at(self, when: float | None) -> None:
+        if when is not None and (self.deadline is None or when < self.deadline):
+            self.deadline = when

@@ -1,0 +1,252 @@
+"""The MCCS host: the daemon's core as a sans-I/O machine (paper, Figure 2).
+
+Inputs go in (a process request, a connection opened or closed, bytes from a line, a port's
+state, the clock); `run_pass()` returns the pass's Effects: checkpoint changes, trace events,
+replies and bytes for the lines, in the order the shell must perform them. No socket, thread,
+file or clock in here, so every rule of the daemon can be tested in memory.
+
+The data path reads in one direction: SEND -> WAIT_LIST -> Process-Dispatcher -> SEND_LIST ->
+Message-Sender -> line -> Message-Receiver -> RECV_LIST -> Process-Dispatcher -> RECV.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Callable
+
+from checkpoint import changes as ch
+from checkpoint.changes import Table
+from checkpoint.store import Restored
+from linedrivers.ids import host_of
+
+from .config import HostConfig, LineConfig
+from .dispatcher import ProcessDispatcher, answer
+from .effects import Effects
+from .lines import Lines
+from .lists import MSGBLOK, PRQBLOK, Lists, Op, Sequence
+from .machine import LineMachine, make_machine
+from .msgids import KeyWindow, MsgIds
+from .requests import NAMED, Cancel, Confirm, Hello, Ping, Recv, Request, RequestError, Send
+from .sessions import Creds, Session, Sessions
+
+log = logging.getLogger("mccs.kernel")
+
+SEND_DONE_KEEP = 65536  # finished SEND request ids remembered for retries
+SEND_DONE_TRIM = 4096  # trimmed every this many SENDs
+
+
+class Kernel:
+    def __init__(self, cfg: HostConfig, state: Restored,
+                 new_machine: Callable[[LineConfig], LineMachine] | None = None):
+        self.cfg = cfg
+        self.host = cfg.id
+        self.counters: collections.Counter = collections.Counter()
+        self.lists = Lists()
+        self.seqs = Sequence(state.next_seq)
+        self.ids = MsgIds(self.host, state.next_msg_id, state.sent_keys)
+        self.dups = KeyWindow(Table.DUP_WINDOW, state.dup_keys)
+        self.sessions = Sessions(cfg.processes, cfg.strict_names)
+        self.epoch = state.epoch
+        self.disk_full = False
+        self._restore(state)
+        self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, self.lists, self.ids, self.seqs, self.sessions,
+                                            self.counters)
+        self.lines = Lines(self.host, cfg.max_message, cfg.lines,
+                           new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message)),
+                           self.lists, self.ids, self.dups, self.seqs, self.counters)
+        self._fx = Effects()
+        self._sends = 0
+
+    def _restore(self, state: Restored) -> None:
+        """Initialization: the lists exactly as they were at the last commit."""
+        for row in state.send_list:
+            blk = MSGBLOK.from_row(row)
+            self.lists.send.add(blk)
+            self._hold(blk)
+        for row in state.recv_list:
+            blk = MSGBLOK.from_row(row)
+            self.lists.arrive(blk)
+            self._hold(blk)
+        for p in state.wait_list:
+            self.lists.wait.add_send(PRQBLOK.restored(p), host_of(p.to_id) == self.host)
+
+    def _hold(self, blk: MSGBLOK) -> None:
+        if blk.origin == self.host:
+            self.ids.hold(blk.msg_id)
+
+    # -- inputs -------------------------------------------------------------------------------
+    def connected(self, conn: int, creds: Creds | None) -> None:
+        self.sessions.open(conn, creds)
+
+    def disconnected(self, conn: int) -> None:
+        """A process went away: its name is free, its waiting RECVs die, what it held unconfirmed
+        is ready again in its place on RECV_LIST. Its SENDs stay: the library retries them."""
+        session = self.sessions.close(conn)
+        if session is None:
+            return
+        self.lists.wait.drop_recvs(conn, session.name)
+        for blk in session.handed.values():
+            self.lists.recv.give_back(blk)
+        if session.handed:
+            self.lists.recv.boxes[session.name].restore_order()
+            self.lists.wait.dirty.add(session.name)
+        for queue in (self.lists.wait.remote_sends, self.lists.wait.local_sends):
+            for prq in queue:
+                if prq.conn == conn:
+                    prq.conn = None
+
+    def request(self, conn: int, rid: object, req: Request, now: float, prior: tuple[int, str] | None = None) -> None:
+        """A request from a connection; `prior` is the stored outcome of a SEND's request id, if
+        the checkpoint has one (a retry after a restart). Replies go out with the next pass."""
+        session = self.sessions.by_conn[conn]
+        self.counters["requests"] += 1
+        try:
+            if isinstance(req, NAMED) and session.name is None:
+                raise RequestError("no_name", "say hello with a process name first")
+            if isinstance(req, Hello):
+                self._hello(session, rid, req)
+            elif isinstance(req, Send):
+                self._send(session, rid, req, prior)
+            elif isinstance(req, Recv):
+                self._recv(session, rid, req, now)
+            elif isinstance(req, Confirm):
+                self._confirm(session, rid, req)
+            elif isinstance(req, Cancel):
+                self._cancel(session, rid, req, prior)
+            elif isinstance(req, Ping):
+                self._fx.reply(conn, {"id": rid, "ok": True, "host": self.host})
+        except RequestError as e:
+            self.refuse(conn, rid, e)
+
+    def refuse(self, conn: int, rid: object, e: RequestError) -> None:
+        self.counters["bad_requests" if e.code == "bad_request" else "refused"] += 1
+        self._fx.reply(conn, {"id": rid, "ok": False, "error": str(e), "code": e.code})
+
+    def line_data(self, peer: str, data: bytes, now: float) -> None:
+        self.lines.data(peer, data, now)
+
+    def port_state(self, peer: str, is_open: bool, why: str, now: float) -> None:
+        self.lines.port_state(peer, is_open, why, now, self._fx)
+
+    def set_disk_full(self, flag: bool) -> None:
+        """No room on the disk: refuse new SENDs and tell the lines busy; deliveries go on."""
+        if flag != self.disk_full:
+            self.disk_full = flag
+            log.error("%s: %s", self.host, "disk full: new messages are refused until there is room" if flag
+                      else "room on the disk again: new messages are accepted")
+
+    # -- process requests -----------------------------------------------------------------------
+    def _hello(self, session: Session, rid: object, req: Hello) -> None:
+        pid = self.host + req.name
+        if session.name and session.name != pid:  # its waiting RECVs and handed messages belong to that name
+            raise RequestError("bad_request", f"this connection is process {session.name.rstrip()!r}; "
+                                              "connect again for another name")
+        why = self.sessions.refusal(session, req.name)
+        if why:
+            raise RequestError("not_permitted", why)
+        holder = self.sessions.by_name.get(pid)
+        if holder is not None and holder is not session:
+            raise RequestError("name_in_use", f"process {pid.rstrip()!r} is held by another live connection")
+        session.name = pid
+        self.sessions.by_name[pid] = session
+        self._fx.reply(session.conn, {"id": rid, "ok": True, "process": pid, "host": self.host,
+                                      "max_message": self.cfg.max_message, "v": 2})
+
+    def _send(self, session: Session, rid: object, req: Send, prior: tuple[int, str] | None) -> None:
+        if len(req.data) > self.cfg.max_message:
+            raise RequestError("too_large", f"message of {len(req.data)} bytes is over the maximum of "
+                                            f"{self.cfg.max_message}")
+        if not self.known_host(host_of(req.to_id)):
+            raise RequestError("unknown_host", f"no line to host {host_of(req.to_id)!r}: TO_ID "
+                                               f"{req.to_id.rstrip()!r} refused")
+        if prior is not None:  # a retry of a SEND already stored: its MSG_ID, not a second copy
+            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_id": prior[0], "to": prior[1]})
+            return
+        waiting = self.lists.wait.find_send(req.req) if req.req else None
+        if waiting is not None:  # a retry of one not yet stored
+            waiting.retries.append((session.conn, rid))
+            return
+        if self.disk_full:
+            raise RequestError("disk_full", f"host {self.host} has no room on its disk for new messages; "
+                                            "try again later")
+        prq = PRQBLOK(Op.SEND, session.conn, rid, session.name, req.to_id, req.user_id, req.data,
+                      req=req.req or f"{session.conn}.{rid}.{self.seqs.next}")
+        self.lists.wait.add_send(prq, host_of(req.to_id) == self.host)
+
+    def _recv(self, session: Session, rid: object, req: Recv, now: float) -> None:
+        if req.from_id and not self.known_host(host_of(req.from_id)):  # no link to that host: blank at once
+            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg": None})
+            return
+        deadline = now + req.timeout if req.timeout is not None else None
+        self.lists.wait.add_recv(PRQBLOK(Op.RECV, session.conn, rid, req.from_id, session.name, req.user_id,
+                                         wait=req.wait, deadline=deadline))
+
+    def _confirm(self, session: Session, rid: object, req: Confirm) -> None:
+        """A process has its message: off RECV_LIST for good (the reply waits for the commit)."""
+        blk = session.handed.pop(req.rid, None)
+        if blk is None:
+            raise RequestError("bad_request", f"nothing handed to this connection under rid {req.rid!r}")
+        self.lists.recv.remove(blk)
+        self._hold_released(blk)
+        fx = self._fx
+        fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
+        fx.trace("msg", "delivered", origin=blk.origin, msg_id=blk.msg_id, from_id=blk.from_id, to_id=blk.to_id,
+                 user_id=blk.user_id)
+        self.counters["delivered"] += 1
+        fx.reply(session.conn, {"id": rid, "ok": True})
+
+    def _hold_released(self, blk: MSGBLOK) -> None:
+        if blk.origin == self.host:
+            self.ids.release(blk.msg_id)
+
+    def _cancel(self, session: Session, rid: object, req: Cancel, prior: tuple[int, str] | None) -> None:
+        """Take back a SEND still waiting for a buffer; says the MSG_ID if it was stored meanwhile."""
+        prq = self.lists.wait.find_send(req.req)
+        if prq is not None and prq.from_id == session.name:
+            if prq.durable:
+                self._fx.change(ch.delete_waiting(prq.req))
+                self.lists.wait.durable_sends -= 1
+            answer(self._fx, prq, {"ok": False, "code": "cancelled", "error": "the SEND was cancelled"})
+            self._fx.reply(session.conn, {"id": rid, "ok": True, "cancelled": True})
+            return
+        stored = {"msg_id": prior[0], "to": prior[1]} if prior else {}
+        self._fx.reply(session.conn, {"id": rid, "ok": True, "cancelled": False, **stored})
+
+    def known_host(self, host: str) -> bool:
+        return host == self.host or host in self.lines.lcbs
+
+    # -- the pass -------------------------------------------------------------------------------
+    def run_pass(self, now: float, wall: float) -> Effects:
+        """Message-Receiver, Process-Dispatcher, then acknowledgements and the Message-Sender.
+        Everything the pass changed is in the returned Effects, to be committed before the rest."""
+        fx, self._fx = self._fx, Effects()
+        self.lines.receive(fx, now, wall)
+        self.dispatcher.run(fx, now, wall)
+        self._trim_send_done(fx)
+        fx.change(*self.ids.flush())
+        if self.seqs.dirty:
+            self.seqs.dirty = False
+            fx.change(ch.set_meta("next_seq", self.seqs.next))
+        self.lines.send(fx, busy=self.disk_full or len(self.lists.recv) >= self.cfg.buffers)
+        fx.wake_at(self.lists.wait.next_deadline())
+        fx.wake_at(self.lines.deadline())
+        return fx
+
+    def _trim_send_done(self, fx: Effects) -> None:
+        stored = self.counters["accepted"]
+        if stored // SEND_DONE_TRIM != self._sends // SEND_DONE_TRIM:
+            fx.change(ch.trim_send_done(SEND_DONE_KEEP))
+        self._sends = stored
+
+    def stop(self, now: float) -> Effects:
+        """Sign off every line (the shell writes the bytes and closes the ports)."""
+        fx, self._fx = self._fx, Effects()
+        self.lines.stop(now, fx)
+        return fx
+
+    def status(self) -> dict:
+        lists = self.lists
+        return {"host": self.host, "epoch": self.epoch, "disk_full": self.disk_full,
+                "lists": {"wait": len(lists.wait), "send": len(lists.send), "recv": len(lists.recv)},
+                "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(),
+                "counters": {**self.counters, "connections": len(self.sessions)}}

@@ -1,0 +1,151 @@
+"""Requests on the process socket, validated strictly into typed objects.
+
+A request is a JSON object with an `op`; every field is checked for its exact type (a boolean
+is not a number, the string "false" is not a boolean), so the daemon's core only ever sees
+well-formed requests and a malformed one gets an error reply naming the field.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from dataclasses import dataclass
+
+from linedrivers.ids import IdError, process_id, process_name
+
+
+class RequestError(ValueError):
+    """A request the daemon refuses; `code` is machine-readable (see README, exit codes)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Hello:
+    name: str  # 4 characters, blank padded
+
+
+@dataclass(frozen=True)
+class Send:
+    to_id: str
+    data: bytes
+    user_id: int
+    req: str  # the client's random request id ("" = none given)
+
+
+@dataclass(frozen=True)
+class Recv:
+    from_id: str  # "" = any
+    user_id: int
+    wait: bool
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class Confirm:
+    rid: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    req: str
+
+
+@dataclass(frozen=True)
+class Status:
+    pass
+
+
+@dataclass(frozen=True)
+class Ping:
+    pass
+
+
+Request = Hello | Send | Recv | Confirm | Cancel | Status | Ping
+NAMED = (Send, Recv, Confirm, Cancel)  # need a process name (hello) first
+
+
+def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, required: bool = False):
+    if key not in req or req[key] is None:
+        if required:
+            raise RequestError("bad_request", f"missing field {key!r}")
+        return default
+    value = req[key]
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise RequestError("bad_request", f"{key} must be {_names(kind)}, not a boolean")
+    if not isinstance(value, kind):
+        raise RequestError("bad_request", f"{key} must be {_names(kind)}, not {type(value).__name__}")
+    return value
+
+
+def _names(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true or false"}[k]
+                       for k in kinds)
+
+
+def _user_id(req: dict) -> int:
+    user_id = _field(req, "user_id", int, 0)
+    if not 0 <= user_id <= 0xFFFF:
+        raise RequestError("bad_request", f"USER_ID {user_id} is not a 16-bit number")
+    return user_id
+
+
+def _id(value: str, key: str) -> str:
+    try:
+        return process_id(value)
+    except IdError as e:
+        raise RequestError("bad_id", f"{key}: {e}") from None
+
+
+def _data(req: dict) -> bytes:
+    try:
+        return base64.b64decode(_field(req, "data", str, ""), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise RequestError("bad_request", f"data is not valid base64: {e}") from None
+
+
+def _req(req: dict) -> str:
+    request_id = _field(req, "req", str, "")
+    if len(request_id) > 64:
+        raise RequestError("bad_request", "req must be at most 64 characters (a random request id)")
+    return request_id
+
+
+def parse(req: dict) -> Request:
+    """The typed request, or RequestError."""
+    op = req.get("op")
+    if not isinstance(op, str) or op not in _PARSERS:
+        raise RequestError("bad_request", f"unknown op {op!r} ({', '.join(_PARSERS)})")
+    return _PARSERS[op](req)
+
+
+def _hello(req: dict) -> Hello:
+    try:
+        return Hello(process_name(_field(req, "name", str, required=True)))
+    except IdError as e:
+        raise RequestError("bad_id", str(e)) from None
+
+
+def _send(req: dict) -> Send:
+    return Send(_id(_field(req, "to", str, required=True), "to"), _data(req),
+                _user_id(req), _req(req))
+
+
+def _recv(req: dict) -> Recv:
+    from_id = _field(req, "from", str, "")
+    timeout = _field(req, "timeout", (int, float))
+    if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
+        raise RequestError("bad_request", f"timeout {timeout!r} is not a finite number of seconds >= 0")
+    return Recv(_id(from_id, "from") if from_id.strip() else "", _user_id(req), _field(req, "wait", bool, True),
+                None if timeout is None else float(timeout))
+
+
+def _confirm(req: dict) -> Confirm:
+    return Confirm(_field(req, "rid", int, required=True))
+
+
+_PARSERS = {"hello": _hello, "send": _send, "recv": _recv, "confirm": _confirm,
+            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": lambda req: Ping()}

@@ -1,0 +1,76 @@
+"""The processes connected to a daemon: one Session per connection, and who may use which name.
+
+A connection holds at most one process name (said in `hello`); the daemon, not the process,
+sets FROM_ID from it. A name configured with `[[process]]` and a `uid` or `gid` may be held
+only by a process of that user or group, checked with the peer credentials of the Unix socket
+(SO_PEERCRED); with `strict_names` an unconfigured name is refused too.
+"""
+from __future__ import annotations
+
+import grp
+import pwd
+from dataclasses import dataclass, field
+
+from .config import ProcessConfig
+from .lists import MSGBLOK
+
+
+@dataclass(frozen=True)
+class Creds:
+    """Who runs the process at the other end of the socket (SO_PEERCRED)."""
+    pid: int
+    uid: int
+    gid: int
+
+
+@dataclass(eq=False)
+class Session:
+    conn: int
+    creds: Creds | None
+    name: str | None = None  # the process id held, once hello was accepted
+    handed: dict[int, MSGBLOK] = field(default_factory=dict)  # RECV_LIST blocks handed out, by seq
+
+
+class Sessions:
+    def __init__(self, processes: list[ProcessConfig], strict: bool):
+        self.by_conn: dict[int, Session] = {}
+        self.by_name: dict[str, Session] = {}
+        self._processes = {p.name: p for p in processes}
+        self._strict = strict
+
+    def __len__(self) -> int:
+        return len(self.by_conn)
+
+    def open(self, conn: int, creds: Creds | None) -> Session:
+        session = self.by_conn[conn] = Session(conn, creds)
+        return session
+
+    def close(self, conn: int) -> Session | None:
+        session = self.by_conn.pop(conn, None)
+        if session is not None and session.name and self.by_name.get(session.name) is session:
+            del self.by_name[session.name]
+        return session
+
+    def refusal(self, session: Session, name: str) -> str | None:
+        """Why `session` may not hold process `name` (4 characters), or None when it may."""
+        proc = self._processes.get(name.rstrip())
+        if proc is None:
+            return f"process name {name.rstrip()!r} is not configured and strict_names is on" if self._strict else None
+        if proc.uid is None and proc.gid is None:
+            return None
+        creds = session.creds
+        if creds is None:
+            return f"process name {name.rstrip()!r} is reserved and the caller's identity is unknown"
+        if proc.uid is not None and creds.uid == proc.uid:
+            return None
+        if proc.gid is not None and (creds.gid == proc.gid or _in_group(creds.uid, proc.gid)):
+            return None
+        return f"process name {name.rstrip()!r} is reserved for {proc.owner()}; this process runs as uid {creds.uid}"
+
+
+def _in_group(uid: int, gid: int) -> bool:
+    try:
+        user = pwd.getpwuid(uid).pw_name
+        return user in grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
