@@ -98,7 +98,9 @@ class Kernel:
     def request(self, conn: int, rid: object, req: Request, now: float, prior: tuple[int, str] | None = None) -> None:
         """A request from a connection; `prior` is the stored outcome of a SEND's request id, if
         the checkpoint has one (a retry after a restart). Replies go out with the next pass."""
-        session = self.sessions.by_conn[conn]
+        session = self.sessions.by_conn.get(conn)
+        if session is None:  # a connection of a core rebuilt after a failed pass: it is being closed
+            return
         self.counters["requests"] += 1
         try:
             if isinstance(req, NAMED) and session.name is None:

@@ -1,0 +1,314 @@
+"""The daemon's core in memory: every rule of DESIGN.md section 2 and the durability rules of
+sections 4.3 and 5, on `mccs.kernel.Kernel` through `tools.hostsim` (real checkpoint files, real
+line machines over in-memory lines, a virtual clock; no daemon process, socket or port)."""
+from __future__ import annotations
+
+import pytest
+
+from checkpoint.changes import Table
+from mccs import msgids
+from mccs.config import ProcessConfig
+from mccs.lists import BlockState, Mailbox
+from mccs.lines import LineState
+from mccs.msgids import DUP_WINDOW, KeyWindow, MsgIds
+from mccs.sessions import Creds
+from tools.hostsim import SimNet, line
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def alone(tmp_path):
+    """Host AA with a line to BB that never answers (BB is not simulated)."""
+    return SimNet(tmp_path, {"AA": [line("BB")]})
+
+
+@pytest.fixture
+def pair(tmp_path):
+    return SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
+
+
+def _data(reply: dict) -> bytes:
+    import base64
+    return base64.b64decode(reply["msg"]["data"])
+
+
+def _inserted(fx, table: Table) -> list[tuple]:
+    return [c.params for c in fx.changes if c.sql.startswith(f"INSERT INTO {table} ")]
+
+
+# -- the primitives ---------------------------------------------------------------------------
+def test_send_recv_selection_order_and_user_id(alone):
+    a, b, r = alone.client("AA", "A"), alone.client("AA", "B"), alone.client("AA", "R")
+    first = a.send("AAR", b"a1", user_id=5)["msg_id"]
+    b.send("AAR", b"b1", user_id=6)
+    a.send("AAR", b"a2", user_id=6)
+    last = a.send("AAR", b"a3")["msg_id"]
+    assert _data(r.recv(**{"from": "AAB"})) == b"b1"
+    assert _data(r.recv(user_id=6)) == b"a2"
+    assert r.recv(**{"from": "AAB"}, wait=False)["msg"] is None
+    got = r.recv()["msg"]
+    assert (got["from_id"], got["msg_id"], got["user_id"]) == ("AAA   ", first, 5)
+    assert r.recv()["msg"]["user_id"] == last  # USER_ID 0 means the MSG_ID
+
+
+def test_recv_timeout_answers_nothing_at_its_deadline(alone):
+    r = alone.client("AA", "R")
+    rid = r.request({"op": "recv", "timeout": 2.0})
+    assert alone.run(lambda: r.reply(rid), duration=1.9) is None
+    assert alone.run(lambda: r.reply(rid), duration=0.5)["msg"] is None
+    assert alone.now == pytest.approx(2.0, abs=0.15)
+
+
+def test_a_waiting_recv_is_answered_when_its_message_arrives(alone):
+    r, s = alone.client("AA", "R"), alone.client("AA", "S")
+    rid = r.request({"op": "recv"})
+    alone.run(duration=1.0)
+    assert r.reply(rid) is None
+    s.send("AAR", b"late")
+    assert _data(alone.run(lambda: r.reply(rid))) == b"late"
+
+
+def test_unknown_host_refused_and_recv_from_unlinked_host_blank(alone):
+    p = alone.client("AA", "P")
+    assert p.send("ZZX", b"x")["code"] == "unknown_host"
+    assert p.recv(**{"from": "ZZX"})["msg"] is None  # answered at once although it would wait
+
+
+def test_requests_need_a_name_but_administration_does_not(alone):
+    anon = alone.client("AA", None)
+    assert anon.send("AAR", b"x")["code"] == "no_name"
+    assert anon.ask({"op": "ping"}) == {"id": 2, "ok": True, "host": "AA"}
+    alone.client("AA", "STAT")  # a process named STAT does not get in the way of administration
+    assert alone.client("AA", None).ask({"op": "ping"})["ok"]
+
+
+def test_one_connection_per_name_and_one_name_per_connection(alone):
+    p = alone.client("AA", "P")
+    assert alone.client("AA", None).ask({"op": "hello", "name": "P"})["code"] == "name_in_use"
+    assert p.ask({"op": "hello", "name": "Q"})["code"] == "bad_request"
+    p.close()
+    assert alone.client("AA", None).ask({"op": "hello", "name": "P"})["ok"]
+
+
+# -- durability -----------------------------------------------------------------------------------
+def test_a_send_is_answered_in_the_pass_that_stores_it(alone):
+    host = alone["AA"]
+    p = host.client("P")
+    msg_id = p.send("AAR", b"x")["msg_id"]
+    fx = next(fx for fx in host.passes if any(r.body.get("msg_id") == msg_id for r in fx.replies))
+    assert any(row[3] == msg_id for row in _inserted(fx, Table.RECV_LIST))
+
+
+def test_a_failed_commit_sends_no_reply_and_a_retry_stores_once(alone):
+    host = alone["AA"]
+    p = host.client("P")
+    host.fail_next_commit = True
+    rid = p.request({"op": "send", "to": "AAR", "data": "eA==", "req": "r1"})
+    alone.step()
+    assert p.reply(rid) is None
+    host.crash()  # memory rebuilt from the checkpoint: the SEND was never stored
+    assert host.kernel.status()["lists"]["recv"] == 0
+    p = host.client("P")
+    first = p.send("AAR", b"x", req="r1")["msg_id"]
+    assert p.send("AAR", b"x", req="r1")["msg_id"] == first  # asked again: the same MSG_ID
+    assert host.kernel.status()["lists"]["recv"] == 1
+
+
+def test_durable_before_ack_a_receiver_crash_before_its_commit_loses_nothing(pair):
+    aa, bb = pair["AA"], pair["BB"]
+    pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)
+    bb.crash_when = lambda fx: _inserted(fx, Table.RECV_LIST)  # kill -9 before the pass that stores commits
+    p = aa.client("P")
+    sent = [p.send("BBR", bytes([i]))["msg_id"] for i in range(5)]
+    assert pair.run(lambda: bb.crash_when is None)
+    r = bb.client("R")
+    assert [r.recv()["msg"]["msg_id"] for _ in range(5)] == sent
+    assert r.recv(wait=False)["msg"] is None
+    assert pair.run(lambda: aa.kernel.status()["lists"]["send"] == 0)
+
+
+def test_ack_bytes_leave_only_with_the_commit_of_the_message(pair):
+    aa, bb = pair["AA"], pair["BB"]
+    pair.run(lambda: aa.kernel.lines["BB"].state is LineState.UP)
+    aa.client("P").send("BBR", b"x")
+    fx = pair.run(lambda: next((fx for fx in bb.passes if _inserted(fx, Table.RECV_LIST)), None))
+    # the acknowledgement is among the bytes of that very pass, which follow its changes
+    assert fx.writes and fx.changes
+    before = [f for f in bb.passes[:bb.passes.index(fx)] if f.writes]
+    assert all(not _inserted(f, Table.RECV_LIST) for f in before)
+
+
+def test_back_pressure_waits_for_a_buffer_and_keeps_the_wait_durable(tmp_path):
+    net = SimNet(tmp_path, {"AA": []}, buffers=2)
+    host = net["AA"]
+    s, r = host.client("S"), host.client("R")
+    s.send("AAR", b"1")
+    s.send("AAR", b"2")
+    rid = s.request({"op": "send", "to": "AAR", "data": "Mw==", "req": "third"})
+    net.run(duration=0.5)
+    assert s.reply(rid) is None
+    assert host.kernel.status()["lists"] == {"wait": 1, "send": 0, "recv": 2}
+    host.crash()  # the waiting SEND was kept in the checkpoint
+    r = host.client("R")
+    assert host.kernel.status()["lists"]["wait"] == 1
+    assert [_data(r.recv()) for _ in range(3)] == [b"1", b"2", b"3"]
+
+
+def test_restore_brings_back_every_list_and_the_ids_in_use(alone):
+    host = alone["AA"]
+    p = host.client("P")
+    remote = [p.send("BBQ", bytes([i]))["msg_id"] for i in range(3)]
+    local = p.send("AAR", b"here")["msg_id"]
+    host.crash()
+    k = host.kernel
+    assert k.status()["lists"] == {"wait": 0, "send": 3, "recv": 1}
+    assert set(k.ids.in_use) == {*remote, local}
+    assert [b.msg_id for b in k.lists.send] == remote
+
+
+# -- MSG_IDs ---------------------------------------------------------------------------------------
+def test_no_msg_id_in_use_is_given_again_after_the_wrap(alone):
+    host = alone["AA"]
+    p = host.client("P")
+    queued = [p.send("BBQ", b"q")["msg_id"] for _ in range(5)]
+    host.kernel.ids.next_id = 65534  # as if 65,533 other messages had been sent meanwhile
+    later = [p.send("BBQ", b"q")["msg_id"] for _ in range(4)]
+    assert queued == [1, 2, 3, 4, 5] and later == [65534, 65535, 6, 7]
+
+
+def test_sends_wait_while_every_free_msg_id_is_in_use(alone, monkeypatch):
+    monkeypatch.setattr(msgids, "MAX_IN_USE", 3)
+    host = alone["AA"]
+    p, r = host.client("P"), host.client("R")
+    for _ in range(3):
+        p.send("AAR", b"x")
+    rid = p.request({"op": "send", "to": "AAR", "data": "eA=="})
+    alone.run(duration=0.5)
+    assert p.reply(rid) is None  # waits: back-pressure, not a reused id
+    r.recv()
+    assert alone.run(lambda: p.reply(rid))["ok"]
+
+
+def test_the_sent_window_keeps_ids_a_destination_may_still_hold():
+    ids = MsgIds("AA", 1)
+    to_bb = [ids.allocate("BB", seq)[0] for seq in range(3)]
+    for m in to_bb:
+        ids.release(m)  # acknowledged: no longer in use, but BB's window holds them
+    ids.next_id = 1  # the counter came round
+    assert ids.allocate("BB", 10)[0] == 4  # not 1, 2 or 3: BB would drop them as duplicates
+    assert ids.allocate("CC", 11)[0] == 5
+    ids.next_id = 1
+    assert ids.allocate("CC", 12)[0] == 1  # CC never got 1: free for it
+
+
+def test_duplicate_window_keeps_the_last_keys_per_origin():
+    w = KeyWindow(Table.DUP_WINDOW)
+    changes = []
+    for i in range(1, DUP_WINDOW + 2):
+        changes += w.add("AA", i, i)
+    assert ("AA", 1) not in w and ("AA", 2) in w and ("AA", DUP_WINDOW + 1) in w
+    assert ("BB", 2) not in w
+    assert sum(c.sql.startswith("DELETE") for c in changes) == 1
+    restored = KeyWindow(Table.DUP_WINDOW, [("AA", 2), ("AA", 3)])
+    assert ("AA", 3) in restored
+
+
+def test_an_ack_removes_exactly_the_message_it_acknowledges(pair):
+    aa, bb = pair["AA"], pair["BB"]
+    p, r = aa.client("P"), bb.client("R")
+    p.send("BBR", b"one")
+    aa.kernel.ids.next_id = 1  # the next free id is 2: 1 is in use until acknowledged
+    second = p.send("BBR", b"two")["msg_id"]
+    assert second == 2
+    assert [_data(r.recv()) for _ in range(2)] == [b"one", b"two"]
+    assert pair.run(lambda: aa.kernel.status()["lists"]["send"] == 0)
+    assert not aa.kernel.ids.in_use
+
+
+# -- lines ------------------------------------------------------------------------------------------
+def test_a_line_going_down_gives_its_messages_back_in_order(pair):
+    aa, bb = pair["AA"], pair["BB"]
+    pair.run(lambda: aa.kernel.lines["BB"].state is LineState.UP)
+    pair.channel("AA", "BB").disconnect()
+    p = aa.client("P")
+    sent = [p.send("BBR", bytes([i]))["msg_id"] for i in range(6)]
+    lcb = aa.kernel.lines["BB"]
+    assert pair.run(lambda: lcb.state is LineState.DOWN, duration=30)
+    assert all(b.state is BlockState.QUEUED for b in aa.kernel.lists.send) and not lcb.active
+    pair.channel("AA", "BB").reconnect()
+    r = bb.client("R")
+    assert [r.recv()["msg"]["msg_id"] for _ in sent] == sent
+    assert r.recv(wait=False)["msg"] is None
+
+
+def test_a_full_recv_list_makes_the_line_busy_and_loses_nothing(tmp_path):
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]}, buffers=3)
+    p, r = net.client("AA", "P"), net.client("BB", "R")
+    rids = [p.request({"op": "send", "to": "BBR", "data": "eA==", "user_id": i + 1}) for i in range(10)]
+    net.run(duration=3)
+    assert net["BB"].kernel.status()["lists"]["recv"] <= 4  # the bound, plus the line's one buffer
+    assert net["BB"].kernel.lines["AA"].busy
+    assert [r.recv()["msg"]["user_id"] for _ in rids] == list(range(1, 11))
+    assert all(net.run(lambda: p.reply(rid))["ok"] for rid in rids)
+
+
+def test_disk_full_refuses_new_messages_while_deliveries_go_on(pair):
+    aa, bb = pair["AA"], pair["BB"]
+    p, r = aa.client("P"), bb.client("R")
+    p.send("BBR", b"before")
+    pair.run(lambda: bb.kernel.status()["lists"]["recv"] == 1)
+    bb.kernel.set_disk_full(True)
+    assert bb.client("S").send("BBR", b"x")["code"] == "disk_full"
+    assert _data(r.recv()) == b"before"  # RECV and confirm go on
+    p.send("BBR", b"held")
+    pair.run(duration=2)
+    assert bb.kernel.lines["AA"].busy and bb.kernel.status()["lists"]["recv"] <= 1
+    bb.kernel.set_disk_full(False)
+    assert _data(r.recv()) == b"held"
+
+
+# -- bounds and permissions -----------------------------------------------------------------------
+def test_a_pass_looks_only_at_the_processes_whose_mailbox_changed(alone, monkeypatch):
+    host = alone["AA"]
+    idle = host.client("IDLE")
+    for _ in range(2000):
+        idle.request({"op": "recv"})
+    alone.step()
+    calls = []
+    real = Mailbox.match
+    monkeypatch.setattr(Mailbox, "match", lambda self, f, u: calls.append(1) or real(self, f, u))
+    busy, s = host.client("BUSY"), host.client("S")
+    s.send("AABUSY", b"x")
+    assert _data(busy.recv()) == b"x"
+    assert len(calls) <= 3
+
+
+def test_a_reserved_name_needs_its_owner(tmp_path):
+    procs = {"AA": [ProcessConfig("LEDG", uid=1000), ProcessConfig("OPS", gid=50), ProcessConfig("FREE")]}
+    net = SimNet(tmp_path, {"AA": []}, processes=procs, strict_names=True)
+    host = net["AA"]
+
+    def hello(name, uid, gid):
+        return host.client(None, Creds(123, uid, gid)).ask({"op": "hello", "name": name})
+    assert hello("LEDG", 1000, 1000)["ok"]
+    assert hello("LEDG", 1001, 1000)["code"] == "not_permitted"
+    assert hello("OPS", 1001, 50)["ok"]
+    assert hello("FREE", 4242, 4242)["ok"]
+    assert hello("ANY", 0, 0)["code"] == "not_permitted"  # strict_names: only configured names
+
+
+def test_cancel_takes_back_a_waiting_send(tmp_path):
+    net = SimNet(tmp_path, {"AA": []}, buffers=1)
+    host = net["AA"]
+    s, r = host.client("S"), host.client("R")
+    s.send("AAR", b"1")
+    rid = s.request({"op": "send", "to": "AAR", "data": "Mg==", "req": "two"})
+    net.run(duration=0.2)
+    assert s.ask({"op": "cancel", "req": "two"})["cancelled"] is True
+    assert s.reply(rid)["code"] == "cancelled"
+    assert _data(r.recv()) == b"1"
+    assert r.recv(wait=False)["msg"] is None
+    stored = s.send("AAR", b"3", req="three")["msg_id"]
+    late = s.ask({"op": "cancel", "req": "three"})  # stored already: the cancel says which MSG_ID it got
+    assert (late["cancelled"], late["msg_id"], late["to"]) == (False, stored, "AAR   ")

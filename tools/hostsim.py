@@ -1,0 +1,190 @@
+"""MCCS hosts in memory: the daemon's core (`mccs.kernel.Kernel`) without its asyncio shell.
+
+A `SimNet` runs hosts on a virtual clock; each host is a Kernel with a real checkpoint file
+(synchronous off: a test is not a power cut) whose pass effects are performed as the daemon
+performs them: changes applied and committed, then replies delivered to the simulated
+processes, then bytes written to in-memory lines (`tools.linesim.Channel`, with impairments).
+`crash()` throws a host's memory away, uncommitted effects and all, and restores it from its
+checkpoint, as kill -9 and a restart would. No threads, no sockets, no real time.
+
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
+    p, r = net.client("AA", "P"), net.client("BB", "R")
+    msg_id = p.send("BBR", b"hi")["msg_id"]
+    assert r.recv()["msg"]["msg_id"] == msg_id
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from checkpoint.store import Checkpoint
+from mccs import requests
+from mccs.config import HostConfig, LineConfig, ProcessConfig
+from mccs.effects import Effects
+from mccs.kernel import Kernel
+from mccs.sessions import Creds
+
+from .linesim import Channel
+
+
+def line(peer: str, **keys) -> LineConfig:
+    """A line's config for a simulated host: short timers, async unless `protocol` says otherwise."""
+    return LineConfig(peer=peer, port=f"sim://{peer}", **{"reply_timeout": 0.5, "keepalive": 5.0,
+                                                           "backoff_max": 2.0, **keys})
+
+
+class SimHost:
+    def __init__(self, net: "SimNet", cfg: HostConfig):
+        self.net, self.cfg, self.id = net, cfg, cfg.id
+        self.cp = Checkpoint(cfg.checkpoint, cfg.id, "off")
+        self.kernel = Kernel(cfg, self.cp.restore())
+        self.inbox: dict[int, list[dict]] = {}
+        self.passes: list[Effects] = []  # every pass's effects, oldest first
+        self.fail_next_commit = False
+        self.crash_when = None  # a predicate of a pass's Effects: crash instead of committing that pass
+        self._conns = itertools.count(1)
+
+    def open_ports(self) -> None:
+        for peer in self.kernel.lines.lcbs:
+            self.kernel.port_state(peer, True, "", self.net.now)
+
+    def run_pass(self) -> Effects:
+        fx = self.kernel.run_pass(self.net.now, self.net.now)
+        self.passes.append(fx)
+        if self.crash_when is not None and self.crash_when(fx):
+            self.crash_when = None
+            self.crash()
+            return fx
+        if self.fail_next_commit:  # the commit failed: nothing after it leaves the host
+            self.fail_next_commit = False
+            return fx
+        self.cp.apply(fx.changes)
+        for reply in fx.replies:
+            self.inbox.setdefault(reply.conn, []).append(reply.body)
+        for w in fx.writes:
+            self.net.write(self.id, w.peer, w.data)
+        return fx
+
+    def crash(self) -> None:
+        """kill -9 and a restart: memory gone, the checkpoint as of the last commit."""
+        self.kernel = Kernel(self.cfg, self.cp.restore())
+        self.inbox.clear()
+        self.open_ports()
+
+    def client(self, name: str | None, creds: Creds | None = None) -> "SimClient":
+        conn = next(self._conns)
+        self.kernel.connected(conn, creds)
+        c = SimClient(self, conn)
+        if name is not None:
+            c.ask({"op": "hello", "name": name})
+        return c
+
+
+class SimClient:
+    """A process on a simulated host: requests as dicts, replies as dicts."""
+
+    def __init__(self, host: SimHost, conn: int):
+        self.host, self.conn = host, conn
+        self._rids = itertools.count(1)
+
+    def request(self, obj: dict) -> int:
+        """Hand a request to the kernel as the daemon would; returns its request id."""
+        rid = next(self._rids)
+        try:
+            req = requests.parse(obj)
+        except requests.RequestError as e:
+            self.host.kernel.refuse(self.conn, rid, e)
+            return rid
+        prior = None
+        if isinstance(req, (requests.Send, requests.Cancel)) and req.req:
+            prior = self.host.cp.find_send_done(req.req)
+        self.host.kernel.request(self.conn, rid, req, self.host.net.now, prior)
+        return rid
+
+    def reply(self, rid: int) -> dict | None:
+        for body in self.host.inbox.get(self.conn, []):
+            if body.get("id") == rid:
+                self.host.inbox[self.conn].remove(body)
+                return body
+        return None
+
+    def ask(self, obj: dict, until: float | None = None) -> dict:
+        """A request and its reply, running the network until it comes (AssertionError if not)."""
+        rid = self.request(obj)
+        got = self.host.net.run(lambda: self.reply(rid), until=until)
+        assert got is not None, f"no reply to {obj} by t={self.host.net.now:.2f}"
+        return got
+
+    def send(self, to: str, data: bytes, **keys) -> dict:
+        return self.ask({"op": "send", "to": to, "data": _b64(data), **keys})
+
+    def recv(self, confirm: bool = True, **keys) -> dict:
+        reply = self.ask({"op": "recv", **keys})
+        if confirm and reply.get("msg"):
+            assert self.ask({"op": "confirm", "rid": reply["msg"]["rid"]})["ok"]
+        return reply
+
+    def close(self) -> None:
+        self.host.kernel.disconnected(self.conn)
+
+
+def _b64(data: bytes) -> str:
+    import base64
+    return base64.b64encode(data).decode()
+
+
+class SimNet:
+    def __init__(self, directory: str | Path, hosts: dict[str, list[LineConfig]], *, seed: int = 0,
+                 processes: dict[str, list[ProcessConfig]] | None = None, **host_keys):
+        self.now = 0.0
+        self._deadlines: list[float | None] = []
+        self.dir = Path(directory)
+        self.channels: dict[tuple[str, str], Channel] = {}
+        self.hosts: dict[str, SimHost] = {}
+        for hid, lines in hosts.items():
+            cfg = HostConfig(id=hid, socket=str(self.dir / f"{hid}.sock"), checkpoint=str(self.dir / f"{hid}.db"),
+                             trace_dir=str(self.dir / hid), lines=lines,
+                             processes=(processes or {}).get(hid, []), **host_keys)
+            cfg.check()
+            self.hosts[hid] = SimHost(self, cfg)
+            for lc in lines:
+                self.channels.setdefault(tuple(sorted((hid, lc.peer))), Channel(seed=seed))
+        for host in self.hosts.values():
+            host.open_ports()
+
+    def __getitem__(self, hid: str) -> SimHost:
+        return self.hosts[hid]
+
+    def client(self, hid: str, name: str | None) -> SimClient:
+        return self.hosts[hid].client(name)
+
+    def channel(self, a: str, b: str) -> Channel:
+        return self.channels[tuple(sorted((a, b)))]
+
+    def write(self, src: str, dst: str, data: bytes) -> None:
+        ch = self.channel(src, dst)
+        if dst in self.hosts:
+            ch.outof("a" if src < dst else "b").write(data, self.now)
+
+    def step(self) -> None:
+        """Move the clock to the next deadline or arrival (at most 0.1 s on), deliver what has
+        arrived, and run a pass on every host."""
+        arrivals = [ch.towards(s).next_arrival() for ch in self.channels.values() for s in "ab"]
+        pending = [t for t in [*self._deadlines, *arrivals] if t is not None]
+        self.now = min(max(min(pending, default=self.now + 0.1), self.now + 1e-4), self.now + 0.1)
+        for (a, b), ch in self.channels.items():
+            for side, hid, peer in (("a", a, b), ("b", b, a)):
+                data = ch.towards(side).take(self.now)
+                if data and hid in self.hosts:
+                    self.hosts[hid].kernel.line_data(peer, data, self.now)
+        self._deadlines = [h.run_pass().deadline for h in self.hosts.values()]
+
+    def run(self, done=lambda: None, until: float | None = None, duration: float = 60.0):
+        """Step until `done()` returns something truthy (returned) or the time runs out (None)."""
+        end = until if until is not None else self.now + duration
+        while self.now <= end:
+            got = done()
+            if got:
+                return got
+            self.step()
+        return done() or None
