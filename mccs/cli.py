@@ -12,11 +12,11 @@ COMMANDS = {
     "send": ("mccs.cmd_client", "SEND a message; prints its MSG_ID"),
     "recv": ("mccs.cmd_client", "RECV a message; writes its data to stdout"),
     "status": ("mccs.cmd_client", "lines and their state, list lengths, counters"),
-    "vserial": ("tools.vserial", "virtual null-modem serial lines (pty pairs) with pacing and faults"),
-    "loopback": ("tools.loopback", "run N daemons over virtual lines, send traffic, check every message"),
-    "analyze": ("tools.analyze", "Spark analytics of trace files"),
-    "bench": ("tools.bench", "benchmarks: local, line, network, analyze"),
-    "demo": ("tools.demo", "the README's demo: a network of daemons, traffic, a Spark report"),
+    "vserial": ("mccs.testbed.vserial", "virtual null-modem serial lines (pty pairs) with pacing and faults"),
+    "loopback": ("mccs.testbed.loopback", "run N daemons over virtual lines, send traffic, check every message"),
+    "analyze": ("mccs.analytics.command", "Spark analytics of trace files"),
+    "bench": ("mccs.testbed.bench", "benchmarks: local, line, network, analyze"),
+    "demo": ("mccs.testbed.demo", "the README's demo: a network of daemons, traffic, a Spark report"),
 }
 
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tools.analyze import run_analysis
-from tools.tracegen import generate, latency_stats, up_seconds
+from mccs.analytics.command import run_analysis
+from mccs.testbed.tracegen import generate, latency_stats, up_seconds
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from tools.analyze_spark import start_session
+    from mccs.analytics.spark import start_session
     s = start_session("local[2]")
     yield s
     s.stop()
@@ -80,7 +80,7 @@ def traces(tmp_path_factory) -> tuple[str, dict]:
 
 @pytest.mark.timeout(180)
 def test_compact_to_parquet_gives_the_same_figures(spark, traces, tmp_path):
-    from tools.analyze_spark import compact
+    from mccs.analytics.spark import compact
     root, answers = traces
     written = compact(spark, [root], str(tmp_path / "parquet"))
     assert written["events"] == answers["input"]["events"] and written["malformed"] == 0
@@ -219,7 +219,7 @@ def test_standalone_cluster_gives_the_local_figures(spark, traces, cluster, tmp_
 
 @pytest.mark.timeout(240)
 def test_loopback_traces_agree_with_its_verdict(spark, tmp_path):
-    from tools.loopback import Options, run_network
+    from mccs.testbed.loopback import Options, run_network
     v = run_network(Options(hosts=3, protocol="mixed", ber=1e-4, messages=150, timeout=90, dir=str(tmp_path),
                             quiet=True))
     assert v["ok"], v

@@ -9,7 +9,7 @@ from linedrivers.crc import x25
 from linedrivers.events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked,
                                 MessageReceived, PeerRefused)
 from linedrivers.image import encode
-from tools.linesim import Channel, Harness, make_images, run_pair
+from mccs.testbed.linesim import Channel, Harness, make_images, run_pair
 
 
 def x25_bitwise(data: bytes) -> int:

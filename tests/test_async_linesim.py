@@ -1,8 +1,8 @@
-"""tools.linesim itself: seeded channel impairments and the daemon-like harness."""
+"""mccs.testbed.linesim itself: seeded channel impairments and the daemon-like harness."""
 import pytest
 
 from linedrivers.events import LineDown, LineUp, MessageAcked, MessageReceived
-from tools.linesim import Channel, DuplicateWindow, Harness, Impairments, make_images, run_pair
+from mccs.testbed.linesim import Channel, DuplicateWindow, Harness, Impairments, make_images, run_pair
 
 
 def _pipe_run(seed, data=bytes(range(256)) * 40, **imp):

@@ -1,10 +1,10 @@
-"""Two BscLines through tools.linesim's seeded channel and daemon-like harness: every message
+"""Two BscLines through mccs.testbed.linesim's seeded channel and daemon-like harness: every message
 arrives once and in order, both ways at once, through noise, loss, delay, busy receivers,
 restarts and pulled cables (the harness signs on again after DOWN and re-queues `unacked`)."""
 import pytest
 
 from linedrivers import BscLine
-from tools.linesim import Channel, Harness, make_images, run_pair
+from mccs.testbed.linesim import Channel, Harness, make_images, run_pair
 
 N = 1000
 

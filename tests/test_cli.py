@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from mccs.config import ConfigError, load
-from tools.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, write_config
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, write_config
 
 WORKER = str(Path(__file__).with_name("crash_worker.py"))
 

@@ -1,4 +1,4 @@
-"""Both line protocols end to end over real ptys (tools.vserial) through pyserial (SerialPort,
+"""Both line protocols end to end over real ptys (mccs.testbed.vserial) through pyserial (SerialPort,
 Link, Station): 200 messages each way at once at 115200 baud, bit errors at 1e-4, and the
 cable pulled in the middle. Station does what the daemon will: sign on again after DOWN,
 re-queue unacked, drop duplicates across sign-ons by (origin, MSG_ID)."""
@@ -8,8 +8,8 @@ import pytest
 
 import linedrivers
 from linedrivers.link import Station
-from tools.linesim import make_images
-from tools.vserial import Line
+from mccs.testbed.linesim import make_images
+from mccs.testbed.vserial import Line
 
 BAUD = 115200
 N = 200

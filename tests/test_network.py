@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import mccs
-from tools.hosts import DaemonProcess, write_config
-from tools.loopback import Options, run_network, timers
-from tools.vserial import Lines
+from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.loopback import Options, run_network, timers
+from mccs.testbed.vserial import Lines
 
 BAUD = 115200
 

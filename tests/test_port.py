@@ -1,4 +1,4 @@
-"""linedrivers.port.SerialPort over real ptys (tools.vserial) and pyserial URLs."""
+"""linedrivers.port.SerialPort over real ptys (mccs.testbed.vserial) and pyserial URLs."""
 import queue
 import socket
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 
 from linedrivers.port import SerialPort
-from tools.vserial import Line
+from mccs.testbed.vserial import Line
 
 
 class Recorder:

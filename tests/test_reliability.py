@@ -18,9 +18,9 @@ import pytest
 
 import mccs
 from mccs.ipc import frame
-from tools.hosts import DaemonProcess, write_config
-from tools.loopback import timers
-from tools.vserial import Lines
+from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.loopback import timers
+from mccs.testbed.vserial import Lines
 
 pytestmark = pytest.mark.timeout(120)
 

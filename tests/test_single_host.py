@@ -14,7 +14,7 @@ import pytest
 
 import mccs
 from mccs.ipc import frame
-from tools.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, write_config
 
 pytestmark = pytest.mark.timeout(60)
 

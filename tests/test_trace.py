@@ -9,7 +9,7 @@ import pytest
 import mccs
 from mccs.effects import TraceEvent
 from mccs.trace import TraceWriter
-from tools.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, write_config
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""tools.vserial: virtual null-modem lines over real ptys, read and written through pyserial."""
+"""mccs.testbed.vserial: virtual null-modem lines over real ptys, read and written through pyserial."""
 import os
 import random
 import signal
@@ -10,7 +10,7 @@ import time
 import pytest
 import serial
 
-from tools.vserial import Line, Lines, flap
+from mccs.testbed.vserial import Line, Lines, flap
 
 
 def open_port(path, timeout=0.2):

@@ -3,7 +3,7 @@
 A `SimNet` runs hosts on a virtual clock; each host is a Kernel with a real checkpoint file
 (synchronous off: a test is not a power cut) whose pass effects are performed as the daemon
 performs them: changes applied and committed, then replies delivered to the simulated
-processes, then bytes written to in-memory lines (`tools.linesim.Channel`, with impairments).
+processes, then bytes written to in-memory lines (`mccs.testbed.linesim.Channel`, with impairments).
 `crash()` throws a host's memory away, uncommitted effects and all, and restores it from its
 checkpoint, as kill -9 and a restart would. No threads, no sockets, no real time.
 
@@ -24,7 +24,7 @@ from mccs.effects import Effects
 from mccs.kernel import Kernel
 from mccs.sessions import Creds
 
-from .linesim import Channel
+from mccs.testbed.linesim import Channel
 
 
 def line(peer: str, **keys) -> LineConfig:

@@ -3,7 +3,8 @@
     mccs analyze TRACE_PATH... [--master URL] [--out DIR] [--since T] [--until T] [--compact]
 
 From Python: `run_analysis(paths, out=..., master=...)` returns the summary dict.
-Heavy libraries (pyspark, matplotlib) are imported inside the functions.
+Heavy libraries (pyspark, matplotlib: the `analyze` extra) are imported inside the functions;
+without pyspark the command says what to install and exits 2.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from tools.analyze_schema import DIRECTION_COLUMNS, HOST_COLUMNS, LINE_COLUMNS, MINUTE
+from mccs.analytics import spark_missing
+from mccs.analytics.schema import DIRECTION_COLUMNS, HOST_COLUMNS, LINE_COLUMNS, MINUTE
 
 EXIT_USAGE = 2
 
@@ -29,10 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.analyze_spark import AnalyzeError
+    missing = spark_missing("mccs analyze")
+    if missing:
+        print(missing, file=sys.stderr)
+        return EXIT_USAGE
+    from mccs.analytics.spark import AnalyzeError
     try:
         if args.compact:
-            from tools.analyze_spark import compact, start_session
+            from mccs.analytics.spark import compact, start_session
             spark = start_session(args.master)
             r = compact(spark, args.paths, args.out)
             print(f"{r['events']} events written as Parquet under {r['out']} ({r['malformed']} malformed lines skipped)")
@@ -50,7 +56,7 @@ def run_analysis(paths: list[str], out: str | None = None, master: str | None = 
                  spark=None) -> dict:
     """Run the analysis on `paths` (with `spark` or a new session) and, when `out` is given, write
     the report there. Returns the summary dict (what summary.json holds)."""
-    from tools.analyze_spark import analyze, start_session
+    from mccs.analytics.spark import analyze, start_session
     spark = spark or start_session(master)
     summary = analyze(spark, paths, since=since, until=until)
     tables = summary.pop("_tables")

@@ -18,8 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from tools.analyze_schema import (DATA_KINDS, MINUTE, MSG_KINDS, PERCENTILES, REJECT_KINDS, SCHEMA,
-                                  SCHEMA_VERSION, line_rows)
+from mccs.analytics import INSTALL
+from mccs.analytics.schema import (DATA_KINDS, MINUTE, MSG_KINDS, PERCENTILES, REJECT_KINDS, SCHEMA,
+                                   SCHEMA_VERSION, line_rows)
 
 JSON_SUFFIXES = (".jsonl", ".jsonl.gz")
 URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -43,7 +44,7 @@ logger.gateway.level = error
 
 
 class AnalyzeError(Exception):
-    """A problem the user must fix (no traces, no Java): reported without a traceback, exit 2."""
+    """A problem the user must fix (no traces, no Spark, no Java): reported without a traceback, exit 2."""
 
 
 # -- the session ----------------------------------------------------------------------------
@@ -54,6 +55,10 @@ def java_available() -> bool:
 
 def start_session(master: str | None = None, driver_memory: str = "3g"):
     """A quiet SparkSession on `master` (default local[*])."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise AnalyzeError(f"Spark is not installed: {INSTALL}") from None
     if not java_available():
         raise AnalyzeError("Spark needs Java 17 or later and none was found: install one "
                            "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME")

@@ -1,4 +1,4 @@
-"""`mccs bench KIND`: each benchmark lives in tools/bench_KIND.py with add_arguments() and run()."""
+"""`mccs bench KIND`: each benchmark lives in mccs/testbed/bench_KIND.py with add_arguments() and run()."""
 from __future__ import annotations
 
 import argparse
@@ -16,9 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, help_text in KINDS.items():
         p = sub.add_parser(kind, help=help_text, description=help_text)
-        p.set_defaults(_bench=f"tools.bench_{kind}")
+        p.set_defaults(_bench=f"mccs.testbed.bench_{kind}")
         try:
-            importlib.import_module(f"tools.bench_{kind}").add_arguments(p)
+            importlib.import_module(f"mccs.testbed.bench_{kind}").add_arguments(p)
         except ModuleNotFoundError:
             p.set_defaults(_missing=True)
 

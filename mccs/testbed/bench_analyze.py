@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def dataset(root: Path, events: int) -> tuple[Path, int]:
     """JSON Lines of about `events` events under root/events-N/json (generated unless there), and
     the exact count."""
-    from tools.tracegen import generate
+    from mccs.testbed.tracegen import generate
     done = root / f"events-{events}" / "generated.json"
     if not done.exists():
         messages = round(events / EVENTS_PER_MESSAGE)
@@ -44,7 +45,7 @@ def dataset(root: Path, events: int) -> tuple[Path, int]:
 
 def compacted(spark, folder: Path) -> Path:
     """The Parquet form of folder/json (written once, by the job `mccs analyze --compact` runs)."""
-    from tools.analyze_spark import compact
+    from mccs.analytics.spark import compact
     out = folder / "parquet"
     if not (out / "_SUCCESS").exists():
         t0 = time.monotonic()
@@ -55,7 +56,7 @@ def compacted(spark, folder: Path) -> Path:
 
 def timed(spark, path: Path, events: int) -> float:
     """Seconds for one whole analysis (every figure of summary.json, no report written)."""
-    from tools.analyze_spark import analyze
+    from mccs.analytics.spark import analyze
     t0 = time.monotonic()
     summary = analyze(spark, [str(path)])
     seconds = time.monotonic() - t0
@@ -65,7 +66,12 @@ def timed(spark, path: Path, events: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.analyze_spark import start_session
+    from mccs.analytics import spark_missing
+    missing = spark_missing("mccs bench analyze")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    from mccs.analytics.spark import start_session
     root = Path(args.dir)
     inputs = [dataset(root, n) for n in args.events]          # before Spark, which would compete for the cores
     t0 = time.monotonic()

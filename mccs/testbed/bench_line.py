@@ -1,6 +1,6 @@
 """`mccs bench line`: goodput of a bare line state machine over a paced vserial line.
 
-One host sends N messages of 128 bytes to the other over a `tools.vserial` line paced at the
+One host sends N messages of 128 bytes to the other over a `mccs.testbed.vserial` line paced at the
 baud, through pyserial (SerialPort, Link, Station: the same path as the daemon's port layer).
 Goodput is message bytes delivered per second, from handing the messages over until the last
 one arrives, and is reported as a fraction of
@@ -14,7 +14,7 @@ one arrives, and is reported as a fraction of
   bsc: stop-and-wait, 128 / (bytes of one block + its reply); the bid, its ACK0 and the EOT
   are spent once per transmission (every queued message goes in one) and are left out.
 Wire bytes are measured, not assumed: the same messages go once through the two machines in
-memory (tools.linesim) and the frames' FrameTraced sizes are averaged (stuffing included).
+memory (mccs.testbed.linesim) and the frames' FrameTraced sizes are averaged (stuffing included).
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class Result:
 def wire_bytes(protocol: str, window: int | None, images: list[bytes]) -> tuple[float, float]:
     """Mean bytes on the wire of one data frame (block) and of one reply, measured in memory."""
     from linedrivers.events import FrameTraced
-    from tools.linesim import run_pair
+    from mccs.testbed.linesim import run_pair
     res = run_pair(lambda: machine(protocol, "AA", "BB", 9600, window, True),
                    lambda: machine(protocol, "BB", "AA", 9600, window, False), images, [], start="a")
     res.check()
@@ -91,7 +91,7 @@ def wire_bytes(protocol: str, window: int | None, images: list[bytes]) -> tuple[
 def one_run(protocol: str, baud: int, window: int | None, images: list[bytes]) -> float:
     """Goodput in message bytes per second of one run over a fresh paced line."""
     from linedrivers.link import Station
-    from tools.vserial import Line
+    from mccs.testbed.vserial import Line
     with tempfile.TemporaryDirectory(prefix="mccs-bench-") as d:
         ends = f"{d}/AA.BB", f"{d}/BB.AA"
         with Line(*ends, baud=baud), \
@@ -110,7 +110,7 @@ def one_run(protocol: str, baud: int, window: int | None, images: list[bytes]) -
 
 
 def measure(protocol: str, baud: int, window: int | None, messages: int, runs: int, seed: int) -> Result:
-    from tools.linesim import make_images
+    from mccs.testbed.linesim import make_images
     images = make_images("AA", "BB", messages, SIZE, seed=seed)
     frame, reply = wire_bytes(protocol, window, images)
     capacity = baud / 10

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, write_config
 
 
 def raw_commit_rate(path: Path, seconds: float = 2.0) -> float:

@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.bench_local import message_rate
-from tools.hosts import DaemonProcess, write_config
-from tools.loopback import timers
-from tools.vserial import Lines
+from mccs.testbed.bench_local import message_rate
+from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.loopback import timers
+from mccs.testbed.vserial import Lines
 
 UNPACED = 10_000_000  # baud of the "unpaced" line: the relay never waits
 
@@ -54,7 +54,7 @@ def _wait_up(d: DaemonProcess, timeout: float = 30.0) -> None:
 
 def _paced_sender(config, rate, count, size, out):
     import mccs
-    from tools.traffic import encode
+    from mccs.testbed.traffic import encode
     with mccs.connect(config, "PACE") as c:
         t0 = time.perf_counter()
         for i in range(count):
@@ -68,7 +68,7 @@ def _paced_sender(config, rate, count, size, out):
 def latency(a: DaemonProcess, b: DaemonProcess, rate: float, count: int, size: int) -> tuple[float, float]:
     """SEND-to-RECV seconds at `rate` messages a second: p50, p99."""
     import mccs
-    from tools.traffic import decode
+    from mccs.testbed.traffic import decode
     ctx = mp.get_context("fork")
     out = ctx.Queue()
     with mccs.connect(b.config, "LAT") as r:
@@ -108,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tools.bench_line import measure
+    from mccs.testbed.bench_line import measure
     results = []
     for protocol in args.protocols.split(","):
         rates, p50s, p99s, goods = [], [], [], []

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.loopback import Options, print_verdict, run_network
+from mccs.analytics import spark_missing
+from mccs.testbed.loopback import Options, print_verdict, run_network
 
 CUT_EVERY, KILL_EVERY = 5.0, 7.0  # seconds: several of each while the traffic lasts
 
@@ -25,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = None if args.no_analyze else spark_missing("mccs demo")
+    if missing:                         # said before the network runs, not a minute later
+        print(f"{missing}; or run it with --no-analyze", file=sys.stderr)
+        return 2
     root = Path(args.dir).resolve()
     if root.exists():
         shutil.rmtree(root)

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.hosts import DaemonProcess, write_config
-from tools.vserial import Lines
+from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.vserial import Lines
 
 
 @dataclasses.dataclass
@@ -114,7 +114,7 @@ class Network:
     def start_traffic(self, plans: dict[str, list[str]]) -> None:
         logs = self.root / "logs"
         logs.mkdir(exist_ok=True)
-        py = [sys.executable, "-m", "tools.traffic"]
+        py = [sys.executable, "-m", "mccs.testbed.traffic"]
         for host in self.hosts:
             for i in range(self.opts.receivers):
                 name = f"R{i}"

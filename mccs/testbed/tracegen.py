@@ -9,7 +9,7 @@ and MSG_IDs reused after wrap-around. It keeps its own tally of what it wrote, s
 benchmark uses it for large inputs. Events are formatted with string templates (not
 json.dumps) so ten million of them take about a minute.
 
-    python -m tools.tracegen OUT_DIR --hosts 6 --lines 8 --messages 20000 --duration 7200
+    python -m mccs.testbed.tracegen OUT_DIR --hosts 6 --lines 8 --messages 20000 --duration 7200
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.analyze_schema import DATA_KINDS, MINUTE, REJECT_KINDS, line_rows
+from mccs.analytics.schema import DATA_KINDS, MINUTE, REJECT_KINDS, line_rows
 
 RETRIES = 7                           # transmissions of one frame before the generator forces success
 
@@ -590,7 +590,7 @@ def generate(trace_dir: str | os.PathLike, spec: TraceSpec | None = None, **over
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.tracegen", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mccs.testbed.tracegen", description=__doc__.split("\n\n")[0])
     p.add_argument("trace_dir")
     defaults = TraceSpec()
     for name in ("hosts", "lines", "messages", "duration", "seed", "outages", "lost", "pending",

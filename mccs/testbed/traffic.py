@@ -5,8 +5,8 @@ a receiver logs `from_id seq send_time recv_time msg_id` for every message RECV 
 message carries its sender's sequence number and send time, so the loopback runner can find
 lost, duplicated and reordered messages and latencies from the logs alone.
 
-    python -m tools.traffic send CONFIG NAME LOG PLAN       (PLAN: a file of TO_IDs, one a line)
-    python -m tools.traffic recv CONFIG NAME LOG STOPFILE [FORGET_EVERY]
+    python -m mccs.testbed.traffic send CONFIG NAME LOG PLAN       (PLAN: a file of TO_IDs, one a line)
+    python -m mccs.testbed.traffic recv CONFIG NAME LOG STOPFILE [FORGET_EVERY]
 
 FORGET_EVERY (a test of the verdict, not of MCCS): the receiver leaves every Nth message it got
 out of its log, as if it had been lost, so the runner must report a failure.

@@ -1,0 +1,23 @@
+"""Trace analytics, the `mccs analyze` command (DESIGN.md sections 6 and 8; README "Trace analytics").
+
+- `schema`: the versioned schema of summary.json (`mccs-analyze-summary`) and its columns; no Spark.
+- `spark`: the Spark job, trace events in, the summary dict out.
+- `command`: `mccs analyze` itself, `run_analysis()` and the report (CSV, plots, index.html).
+
+Spark is an extra: `pip install 'mccs[analyze]'` brings pyspark and matplotlib, and Spark needs a
+Java 17+ runtime. pyspark is imported only inside the functions that run a job, so the daemon,
+the client and the lines work without it, and the commands that need it say what to install.
+"""
+from __future__ import annotations
+
+INSTALL = "pip install 'mccs[analyze]' (and a Java 17 runtime)"
+
+
+def spark_missing(command: str) -> str | None:
+    """None when pyspark can be imported; otherwise the line telling the user of `command`
+    (e.g. "mccs analyze") what to install."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return f"{command} needs Spark: {INSTALL}"
+    return None
