@@ -58,12 +58,6 @@ class KeyWindow:
             evicted.append(old)
         return evicted
 
-    def clear(self, host: str) -> list[Change]:
-        """Forget every key of `host` (its checkpoint was started afresh)."""
-        for msg_id in self._order.pop(host, ()):
-            self._set.discard((host, msg_id))
-        return [ch.Change(f"DELETE FROM {self.table} WHERE host = ?", (host,))]
-
 
 class MsgIds:
     """The origin's MSG_ID counter and the ids in use; see the module docstring."""
