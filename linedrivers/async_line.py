@@ -7,6 +7,10 @@ and takes bytes, events and the next deadline out; nothing here blocks, sleeps o
 
 Control frames (A, N, B) and data frames are built when the owner asks for bytes
 (data_to_send), so they always carry the newest acknowledgement the owner has confirmed.
+
+With a `secret` the sign-on is S (AUTH=nonce) -> T (AUTH=nonce PROOF=...) -> V (PROOF=...), the
+answering end going UP only on a good V, and every D A N B P O of the session carries a trailer
+(counter and MAC, see auth.py) inside the FCS; docs/PROTOCOL.md has the layouts.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import secrets
 from collections import deque
 from dataclasses import dataclass
 
+from .auth import INITIATOR, NONCE_SIZE, RESPONDER, TRAILER_SIZE, FrameAuth, Handshake, new_nonce
 from .crc import le16, x25
 from .events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                      PeerRefused)
@@ -24,7 +29,9 @@ from .image import HEADER_SIZE, ImageError, decode, key_of
 log = logging.getLogger(__name__)
 
 FLAG, ESC = 0x7E, 0x7D
-KINDS = frozenset(b"DANBSTOP")
+KINDS = frozenset(b"DANBSTOPV")
+#: With a secret, these carry a MAC trailer once the line is UP (S T V carry the sign-on proofs).
+SEALED = frozenset("DANBPO")
 #: Bytes escaped as ESC, byte ^ 0x20. ESC must come first so its own escapes are not re-escaped.
 STUFFED = (0x7D, 0x7E)
 XONXOFF_STUFFED = STUFFED + (0x11, 0x13, 0x91, 0x93)
@@ -33,9 +40,12 @@ OVERHEAD = 7
 #: Added to twice the window's transmit time to get the least reply timeout (DESIGN 4.1).
 REPLY_MARGIN = 0.25  # the peer's commit before its ACK, scheduling, relays
 VERSION = "MCCS/1"
-REFUSED = b"REFUSED"  # body of the O that refuses a sign-on (a plain sign-off has none)
+REFUSED = b"REFUSED"  # body of the O that refuses a sign-on (a plain sign-off has none),
+#: followed, toward a peer that authenticates, by a space and why (the refused end's LineDown says it)
+AUTH_FAILED = "failed authentication (a different secret, or a replayed sign-on)"
 
-DOWN, SIGNING_ON, UP = "DOWN", "SIGNING_ON", "UP"
+#: VERIFYING: with a secret, we answered a sign-on with T and wait for the peer's proof (V).
+DOWN, SIGNING_ON, VERIFYING, UP = "DOWN", "SIGNING_ON", "VERIFYING", "UP"
 
 
 def stuff(data: bytes, special: tuple[int, ...] = STUFFED) -> bytes:
@@ -71,15 +81,21 @@ def encode_frame(kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
 class SignOn:
     """The values a sign-on (S) or its reply (T) carries. SESSION (a field added to the
     DESIGN's three) names one sign-on: T echoes the S it answers, so a late or repeated S or T
-    is told apart from a new one and both ends reset their sequence state exactly once."""
+    is told apart from a new one and both ends reset their sequence state exactly once.
+    AUTH (a nonce) and PROOF, hex, only with a secret (docs/PROTOCOL.md)."""
     host: str
     window: int
     maxmsg: int
     session: str = ""
+    nonce: bytes = b""
+    proof: bytes = b""
 
     def encode(self) -> bytes:
         text = f"{VERSION} HOST={self.host} WINDOW={self.window} MAXMSG={self.maxmsg}"
-        return (text + f" SESSION={self.session}" if self.session else text).encode("ascii")
+        text += f" SESSION={self.session}" if self.session else ""
+        text += f" AUTH={self.nonce.hex()}" if self.nonce else ""
+        text += f" PROOF={self.proof.hex()}" if self.proof else ""
+        return text.encode("ascii")
 
     @classmethod
     def parse(cls, body: bytes) -> "SignOn | None":
@@ -88,11 +104,12 @@ class SignOn:
             version, *tokens = body.decode("ascii").split(" ")
             fields = dict(t.split("=", 1) for t in tokens if "=" in t)
             signon = cls(check_host_id(fields["HOST"]), int(fields["WINDOW"]), int(fields["MAXMSG"]),
-                         fields.get("SESSION", ""))
+                         fields.get("SESSION", ""), bytes.fromhex(fields.get("AUTH", "")),
+                         bytes.fromhex(fields.get("PROOF", "")))
         except (UnicodeDecodeError, KeyError, ValueError, IdError):
             return None
         ok = version == VERSION and 1 <= signon.window <= 127 and 0 <= signon.maxmsg <= 65535
-        return signon if ok else None
+        return signon if ok and len(signon.nonce) in (0, NONCE_SIZE) else None
 
 
 class AsyncLine:
@@ -100,11 +117,13 @@ class AsyncLine:
 
     def __init__(self, local: str, peer: str, *, window: int = 8, baud: int = 9600,
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
-                 retry_limit: int = 7, keepalive: float = 30.0):
+                 retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
             raise ValueError(f"bad max_message {max_message} or baud {baud}")
+        if secret is not None and not secret:
+            raise ValueError("an empty secret")
         self.local, self.peer = check_host_id(local), check_host_id(peer)
         self.window, self.baud, self.max_message = window, baud, max_message
         self.special = XONXOFF_STUFFED if xonxoff_safe else STUFFED
@@ -112,7 +131,8 @@ class AsyncLine:
         self.counters = dict.fromkeys(
             ("frames_tx", "frames_rx", "bytes_tx", "bytes_rx", "retransmissions", "naks", "timeouts",
              "crc_errors", "garbage", "duplicates", "signons", "rejects_tx", "out_of_window",
-             "oversized", "bad_frames", "busy_drops", "ignored", "keepalives", "internal_errors"), 0)
+             "oversized", "bad_frames", "busy_drops", "ignored", "keepalives", "internal_errors",
+             "auth_failures"), 0)
         self.state = DOWN
         self._events: list = []
         self._out: list[bytes] = []
@@ -120,11 +140,17 @@ class AsyncLine:
         # receive side: bytes after the last flag, and whether a flag has been seen since hunting
         self._rx = bytearray()
         self._hunting = True
-        self._max_raw = 2 * (OVERHEAD + HEADER_SIZE + max(max_message, 64))
+        self.secret = secret
+        self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
+        self._max_raw = 2 * (self._overhead + HEADER_SIZE + max(max_message, 64))
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i
         self._busy = False       # the owner's set_busy(): outlives sign-ons
         self.session = ""        # SESSION of our last S
         self._peer_session = ""  # SESSION of the sign-on in force
+        self._nonce = b""        # with a secret: AUTH of our last S
+        self._hs: Handshake | None = None  # VERIFYING: the sign-on we answered
+        self._t_body = b""       # the T we answered it with (sent again if the peer repeats its S)
+        self._v_body = b""       # the V we proved ourselves with (sent again if the peer repeats its T)
         self._reset(window, max_message)
 
     # --- session state ---------------------------------------------------------------------
@@ -148,11 +174,12 @@ class AsyncLine:
         self._poll_at = None
         self._retries = 0
         self._last_rx = self._now
+        self._auth: FrameAuth | None = None  # the frame keys while UP with a secret
 
     def _timeout(self) -> float:
         """The reply timeout: the configured base, raised to twice the window's transmit time
         (10 bit times a byte) plus a margin, since our window and the peer's may both be queued."""
-        window_time = self._window * (OVERHEAD + HEADER_SIZE + self._maxmsg) * 10 / self.baud
+        window_time = self._window * (self._overhead + HEADER_SIZE + self._maxmsg) * 10 / self.baud
         return max(self.reply_timeout, 2 * window_time + REPLY_MARGIN)
 
     # --- the interface (DESIGN.md 4.0) -----------------------------------------------------
@@ -164,6 +191,7 @@ class AsyncLine:
         self.state = SIGNING_ON
         self._reset(self.window, self.max_message)
         self.session = secrets.token_hex(4)
+        self._nonce = new_nonce() if self.secret is not None else b""
         self._send_signon("S", self.session)
         self._await("S")
 
@@ -264,8 +292,11 @@ class AsyncLine:
 
     # --- transmit --------------------------------------------------------------------------
     def _emit(self, kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
-              retransmit: bool = False) -> None:
-        frame = encode_frame(kind, seq, ack, body, self.special)
+              retransmit: bool = False, seal: bool = True) -> None:
+        trailer = b""
+        if seal and self._auth is not None and kind in SEALED:
+            trailer = self._auth.seal(bytes((ord(kind), seq, ack)) + body)
+        frame = encode_frame(kind, seq, ack, body + trailer, self.special)
         self._out.append(frame)
         self.counters["frames_tx"] += 1
         self.counters["bytes_tx"] += len(frame)
@@ -273,8 +304,11 @@ class AsyncLine:
         self._events.append(FrameTraced("tx", kind, len(frame), True, seq if kind == "D" else None,
                                         origin, msg_id, retransmit))
 
+    def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
+        return SignOn(self.local, self.window, self.max_message, session, nonce, proof).encode()
+
     def _send_signon(self, kind: str, session: str) -> None:
-        self._emit(kind, body=SignOn(self.local, self.window, self.max_message, session).encode())
+        self._emit(kind, body=self._signon_body(session, self._nonce if kind == "S" else b""))
 
     def _pump(self) -> None:
         """Send data frames while the window is open; each carries the newest confirmed ACK."""
@@ -295,7 +329,7 @@ class AsyncLine:
             self._await("D")
 
     def _await(self, what: str | None) -> None:
-        """Start (or stop, with None) the reply timer for S, D or P."""
+        """Start (or stop, with None) the reply timer for S, T (waiting for V), D or P."""
         self._awaiting = what
         self._reply_at = None if what is None else self._now + self._timeout()
 
@@ -304,7 +338,7 @@ class AsyncLine:
         self.counters["timeouts"] += 1
         self._events.append(LineEvent("timeout", f"no answer to {what} in {self._timeout():.2f}s"))
         if self._retries >= self.retry_limit:
-            self._down({"S": "no answer", "D": "retry limit", "P": "dead line"}[what])
+            self._down({"S": "no answer", "T": "no answer", "D": "retry limit", "P": "dead line"}[what])
             return
         self._retries += 1
         self._events.append(LineEvent("retry", f"{what} retry {self._retries}/{self.retry_limit}"))
@@ -314,6 +348,8 @@ class AsyncLine:
             return
         if what == "S":
             self._send_signon("S", self.session)
+        elif what == "T":
+            self._emit("T", body=self._t_body)
         else:
             self._emit("P")
         self._await(what)
@@ -323,6 +359,7 @@ class AsyncLine:
         self._held.clear()
         self.state = DOWN
         self._reset(self.window, self.max_message)
+        self._hs, self._t_body, self._v_body = None, b"", b""
         self._events.append(LineDown(reason, unacked))
 
     # --- receive ---------------------------------------------------------------------------
@@ -354,13 +391,20 @@ class AsyncLine:
             self.counters["bad_frames"] += 1
             self._trace_rx("?", nbytes, False)
             return
-        self.counters["frames_rx"] += 1
         seq, ack, body = content[1], content[2], content[3:-2]
+        if self._auth is not None and kind in SEALED:
+            head, trailer = content[:-2 - TRAILER_SIZE], content[-2 - TRAILER_SIZE:-2]
+            if len(head) < 3 or not self._auth.check(head, trailer):  # forged, replayed or stale
+                self.counters["auth_failures"] += 1
+                self._trace_rx(kind, nbytes, False)
+                return
+            body = head[3:]
+        self.counters["frames_rx"] += 1
         if kind == "D":
             self._data_in(seq, ack, body, nbytes)
             return
         self._trace_rx(kind, nbytes, True)
-        if kind in "ST":
+        if kind in "STV":
             self._signon_in(kind, body)
         elif kind == "O":
             self._signoff_in(body)
@@ -472,32 +516,95 @@ class AsyncLine:
         if signon is None:
             self.counters["bad_frames"] += 1
             return
+        if kind == "V":
+            self._proof_in(signon)
+            return
         if kind == "T" and (self.state != SIGNING_ON or signon.session != self.session):
-            self.counters["ignored"] += 1  # a late or repeated reply
+            if self._v_body and self.state == UP and signon.session == self.session:
+                self._emit("V", body=self._v_body)  # the peer repeats its T: our V was lost
+            else:
+                self.counters["ignored"] += 1  # a late or repeated reply
             return
         if signon.host != self.peer:
-            self._emit("O", body=REFUSED)
-            self._events.append(PeerRefused(signon.host))
-            if kind == "T":
-                self._down("wrong peer")
-            return
-        if kind == "S" and self.state == UP and signon.session and signon.session == self._peer_session:
+            self._refuse(signon.host, "", kind, "wrong peer")
+        elif self.secret is not None and not signon.nonce:
+            self._refuse(signon.host, "signed on without authentication, but this line has a secret",
+                         kind, "no authentication")  # plain REFUSED: the peer may predate authentication
+        elif self.secret is None and signon.nonce:
+            self._refuse(signon.host, "asks for authentication, but this line has no secret",
+                         kind, "no secret", "peer has no secret")
+        elif self.secret is not None:
+            (self._answer if kind == "S" else self._answered)(signon)
+        elif kind == "S" and self.state == UP and signon.session and signon.session == self._peer_session:
             self._send_signon("T", signon.session)  # the peer repeated the S we answered: our T
-            return                                   # was lost or late; nothing was acknowledged yet
-        if self.state == UP:
-            self._down("peer restarted")
+        else:                                        # was lost or late; nothing was acknowledged yet
+            if self.state == UP:
+                self._down("peer restarted")
+            self._go_up(signon, reply=("T", self._signon_body(signon.session)) if kind == "S" else None)
+
+    def _go_up(self, signon: SignOn, hs: Handshake | None = None,
+               reply: tuple[str, bytes] | None = None) -> None:
+        """The sign-on `signon` is in force: fresh sequence state, the reply (T or V), LineUp."""
         self.state = UP
         self._peer_session = signon.session
         self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
-        if kind == "S":
-            self._send_signon("T", signon.session)
+        self._auth = hs.frames(self.local) if hs is not None else None
+        if reply:
+            self._emit(reply[0], body=reply[1])
         self.counters["signons"] += 1
         self._events.append(LineUp(self.peer))
 
-    def _signoff_in(self, body: bytes) -> None:
+    def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
+        """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours
+        under way (a T or V refused) goes DOWN with `down`."""
+        self._emit("O", body=REFUSED + (b" " + note.encode("ascii") if note else b""), seal=False)
+        self._events.append(PeerRefused(host, why))
+        if kind != "S":
+            self._down(down)
+
+    def _answer(self, signon: SignOn) -> None:
+        """With a secret: answer an S with T (our nonce and proof) and wait VERIFYING for V."""
+        if self.state == SIGNING_ON and self.local > signon.host:
+            self.counters["ignored"] += 1  # both signing on: the end with the lower host id answers
+            return
+        if self._t_body and signon.session == self._peer_session:
+            self._emit("T", body=self._t_body)  # the peer repeated its S: our T was lost or late
+            return
         if self.state == UP:
-            self._down("refused" if body == REFUSED else "peer signed off")
-        elif self.state == SIGNING_ON and body == REFUSED:
-            self._down("refused")
+            self._down("peer restarted")
+        self.state, self.session, self._peer_session = VERIFYING, "", signon.session
+        self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
+        self._hs = hs = Handshake(self.secret, signon.host, self.local, signon.nonce, new_nonce())
+        self._t_body = self._signon_body(signon.session, hs.responder_nonce, hs.proof(RESPONDER))
+        self._emit("T", body=self._t_body)
+        self._await("T")
+
+    def _answered(self, signon: SignOn) -> None:
+        """With a secret: the T to our S. A good proof takes us UP, proving ourselves with V."""
+        hs = Handshake(self.secret, self.local, signon.host, self._nonce, signon.nonce)
+        if not hs.verify(RESPONDER, signon.proof):
+            self._refuse(signon.host, AUTH_FAILED, "T", "authentication failed", "authentication failed")
+            return
+        self._v_body = self._signon_body(signon.session, proof=hs.proof(INITIATOR))
+        self._go_up(signon, hs, ("V", self._v_body))
+
+    def _proof_in(self, signon: SignOn) -> None:
+        """V: the proof of the end whose S we answered."""
+        if self.state != VERIFYING or signon.session != self._peer_session or signon.host != self.peer:
+            self.counters["ignored"] += 1
+        elif self._hs.verify(INITIATOR, signon.proof):
+            self._go_up(signon, self._hs)
+        else:
+            self._refuse(signon.host, AUTH_FAILED, "V", "authentication failed", "authentication failed")
+
+    def _signoff_in(self, body: bytes) -> None:
+        refused = body == REFUSED or body.startswith(REFUSED + b" ")
+        why = "refused"
+        if len(body) > len(REFUSED) + 1:  # the refusing end's note, shown as it came (printable, short)
+            why += ": " + "".join(c if c.isprintable() else "?" for c in body[8:72].decode("ascii", "replace"))
+        if self.state == UP:
+            self._down(why if refused else "peer signed off")
+        elif self.state in (SIGNING_ON, VERIFYING) and refused:
+            self._down(why)
         else:
             self.counters["ignored"] += 1

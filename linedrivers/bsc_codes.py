@@ -2,6 +2,8 @@
 
 Every sequence a station sends is complete on its own: `SYN SYN`, the control characters, and
 the trailing pad `FF` that lets the last character clear the modem before the line turns round.
+On a line with a secret (docs/PROTOCOL.md) a control sequence also carries an authentication
+trailer with its own CRC-16, a block carries it at the end of its text, and the IDs say so.
 """
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ from .crc import crc16, le16
 PAD = 0xFF
 #: The longest station ID the reader accepts before an ENQ / ACK0 / NAK (IBM allows 2-15).
 MAX_ID = 15
+#: On a line with a secret: the longest ID (an ID ACK0 with a nonce and its check).
+AUTH_MAX_ID = 48
+#: After the host id in the ID of a station that authenticates (7 characters in all, so a station
+#: without authentication reads a stranger's ID and answers ID NAK instead of hanging).
+AUTH_MARK = "+"
 
 
 @dataclass(frozen=True)
@@ -43,38 +50,66 @@ class CodeSet:
             "TTD": bytes([self.stx, self.enq]), "DISC": bytes([self.dle, self.eot]),
         })
 
-    def sequence(self, kind: str, ident: bytes = b"") -> bytes:
+    def sequence(self, kind: str, ident: bytes = b"", trailer: bytes = b"") -> bytes:
         """`SYN SYN [ID] body FF`: the line bid, a reply, EOT, TTD, DLE EOT; with an ID the
-        identification forms (ID ENQ, ID ACK0, ID NAK)."""
-        return bytes([self.syn, self.syn]) + ident + self.bodies[kind] + bytes([PAD])
+        identification forms (ID ENQ, ID ACK0, ID NAK). An authentication trailer goes after
+        the body with a CRC-16 of body and trailer, low byte first (controls have no BCC)."""
+        body = self.bodies[kind]
+        if trailer:
+            body += trailer + le16(crc16(body + trailer))
+        return bytes([self.syn, self.syn]) + ident + body + bytes([PAD])
 
-    def encode_id(self, host: str) -> bytes:
-        """A station's ID: `MCCS` and its host id, in the line's code."""
-        return ("MCCS" + host).encode(self.codec)
+    def encode_id(self, host: str, auth: bool = False, nonce: bytes = b"") -> bytes:
+        """A station's ID: `MCCS` and its host id, in the line's code. A station that
+        authenticates adds AUTH_MARK, and in its ID ACK0 its nonce in hex and a CRC-16 of the ID
+        so far in 4 hex digits (an ID has no BCC, and a nonce hit on the line must not pass)."""
+        ident = ("MCCS" + host + (AUTH_MARK + nonce.hex().upper() if auth else "")).encode(self.codec)
+        return ident + f"{crc16(ident):04X}".encode(self.codec) if nonce else ident
 
     def decode_id(self, ident: bytes) -> str:
         """The host id in a received ID (the whole ID as text when it is not an MCCS one)."""
         text = ident.decode(self.codec, "replace")
         return text[4:] if text.startswith("MCCS") else text
 
-    def blocks(self, image: bytes, block_size: int) -> list[bytes]:
-        """The transparent text blocks of one message: `SYN SYN DLE STX text DLE ETB|ETX BCC FF`,
-        every DLE in the text doubled; BCC = CRC-16 over the text and the ending, low byte first.
-        Up to `block_size` bytes of text each (block_size >= 2), and never two equal ETB blocks
-        running, so that a receiver can tell a block sent again from the next one."""
-        dle1, dle2 = bytes([self.dle]), bytes([self.dle, self.dle])
-        head = bytes([self.syn, self.syn, self.dle, self.stx])
-        out, start, prev = [], 0, None
+    def parse_id(self, ident: bytes) -> tuple[str, bool, bytes]:
+        """(host id, whether the station authenticates, its nonce) of a received ID; the nonce
+        is b"" when there is none or its check fails."""
+        host, mark, rest = self.decode_id(ident).partition(AUTH_MARK)
+        if not mark:
+            return host, False, b""
+        try:
+            nonce = bytes.fromhex(rest[:-4])
+            good = len(rest) > 4 and rest[-4:].isalnum() and int(rest[-4:], 16) == crc16(ident[:-4])
+        except ValueError:
+            good = False
+        return host, True, nonce if good else b""
+
+    def texts(self, image: bytes, block_size: int) -> list[tuple[bytes, bool]]:
+        """The texts of one message's blocks and whether each is the last: up to `block_size`
+        bytes each (block_size >= 2), and never two equal ETB blocks running, so that a
+        receiver can tell a block sent again from the next one."""
+        out: list[tuple[bytes, bool]] = []
+        start, prev = 0, None
         while not out or start < len(image):
             text = image[start:start + block_size]
             if text == prev and start + block_size < len(image):
                 text = text[:-1]  # two equal ETB blocks running would read as one sent twice
             start += len(text)
-            end = self.etx if start >= len(image) else self.etb
-            bcc = crc16(bytes([end]), crc16(text))
-            out.append(head + text.replace(dle1, dle2) + bytes([self.dle, end]) + le16(bcc) + bytes([PAD]))
+            out.append((text, start >= len(image)))
             prev = text
         return out
+
+    def block(self, text: bytes, last: bool) -> bytes:
+        """One transparent block, `SYN SYN DLE STX text DLE ETB|ETX BCC FF`, every DLE in the text
+        doubled; BCC = CRC-16 over the text and the ending, low byte first."""
+        end = self.etx if last else self.etb
+        bcc = crc16(bytes([end]), crc16(text))
+        return (bytes([self.syn, self.syn, self.dle, self.stx]) + text.replace(bytes([self.dle]), bytes([self.dle, self.dle]))
+                + bytes([self.dle, end]) + le16(bcc) + bytes([PAD]))
+
+    def blocks(self, image: bytes, block_size: int) -> list[bytes]:
+        """The transparent text blocks of one message (texts() and block())."""
+        return [self.block(text, last) for text, last in self.texts(image, block_size)]
 
 
 EBCDIC = CodeSet("ebcdic", "cp037", 0x3F, syn=0x32, stx=0x02, etb=0x26, etx=0x03, eot=0x37,

@@ -10,12 +10,22 @@ disconnect timeout, so an ENQ that asks it to repeat its reply is never taken fo
 States: DOWN (not signed on; still answers a sign-on), SIGNON (our ID ENQ is out), CONTROL
 (signed on, nobody transmitting), BID (our ENQ is out), XMIT (we hold the line), RECV (the
 peer holds it).
+
+With a `secret` (docs/PROTOCOL.md) the IDs carry AUTH_MARK and the answering station's ID ACK0
+its nonce; the bidder then sends, in phase "auth" of XMIT, a proof block (its nonce and proof)
+that the answering station, still signing on in RECV, checks before it answers ACK1 and reports
+LineUp; the bidder's LineUp comes with that ACK1, whose MAC proves the answering station. From
+then on every block and control sequence carries a trailer (counter and MAC) that must pass.
+Before a session key exists only NAK and DISC go without one (UNSIGNED), and are believed only
+while signing on.
 """
 from __future__ import annotations
 
 from collections import deque
 
-from .bsc_codes import CODE_SETS
+from .auth import (INITIATOR, NONCE_SIZE, PROOF_SIZE, TRAILER_SIZE, UNSIGNED, FrameAuth, Handshake,
+                   new_nonce)
+from .bsc_codes import AUTH_MAX_ID, CODE_SETS, MAX_ID
 from .bsc_reader import BscReader, Seq
 from .events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                      PeerRefused)
@@ -32,13 +42,18 @@ QUEUE_LIMIT = 32
 RVI_AFTER = 8
 #: How the trace names a received sequence (a text block is named by its ending).
 TRACE_KIND = {"ID_ENQ": "ID", "ID_ACK0": "ID", "ID_NAK": "ID", "ABORT": "ETX"}
+ID_KINDS = ("ID_ENQ", "ID_ACK0", "ID_NAK")
+#: The text of the proof block starts so; then the bidder's nonce and its proof.
+PROOF_MAGIC = b"AUTH"
+AUTH_FAILED = "failed authentication (a different secret, or a replayed sign-on)"
 
 #: Beyond the common ones: bids, collisions (ENQ met ENQ), enqs (asking for a reply again),
 #: wacks / rvis / ttds (sent), bad_sequences, oversized (blocks), bad_messages (wrong LENGTH),
-#: bad_ids (a wrong ID met once, taken for noise).
+#: bad_ids (a wrong ID met once, taken for noise), auth_failures (a trailer that did not pass).
 COUNTERS = ("frames_tx", "frames_rx", "bytes_tx", "bytes_rx", "retransmissions", "naks", "timeouts",
             "crc_errors", "garbage", "duplicates", "signons", "bids", "collisions", "enqs",
-            "wacks", "rvis", "ttds", "bad_sequences", "oversized", "bad_messages", "bad_ids")
+            "wacks", "rvis", "ttds", "bad_sequences", "oversized", "bad_messages", "bad_ids",
+            "auth_failures")
 
 
 class BscLine:
@@ -47,13 +62,15 @@ class BscLine:
     def __init__(self, local: str, peer: str, *, role: str = "primary", code: str = "ebcdic",
                  block_size: int = 256, baud: int = 9600, max_message: int = 128,
                  reply_timeout: float = 3.0, retry_limit: int = 7, disconnect_timeout: float = 20.0,
-                 ttd_timeout: float = 2.0):
+                 ttd_timeout: float = 2.0, secret: bytes | None = None):
         if role not in ("primary", "secondary"):
             raise ValueError(f"BSC role must be 'primary' or 'secondary', not {role!r}")
         if code not in CODE_SETS:
             raise ValueError(f"BSC code must be one of {sorted(CODE_SETS)}, not {code!r}")
         if block_size < 2 or baud <= 0 or reply_timeout <= 0 or retry_limit < 0:
             raise ValueError("BSC block_size must be at least 2, baud and reply_timeout positive, retry_limit >= 0")
+        if secret is not None and not secret:
+            raise ValueError("an empty secret")
         self.local, self.peer = check_host_id(local), check_host_id(peer)
         self.primary = role == "primary"
         self.cs = cs = CODE_SETS[code]
@@ -65,12 +82,17 @@ class BscLine:
         self.gap_timeout = reply_timeout / 2    # silence inside a block: the block is lost
         self.disconnect_timeout, self.ttd_timeout = disconnect_timeout, ttd_timeout
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.secret = secret
         self._seq = {k: cs.sequence(k) for k in cs.bodies}
         my_id = cs.encode_id(self.local)
-        self._seq["ID_ENQ"] = cs.sequence("ENQ", my_id)
-        self._seq["ID_ACK0"] = cs.sequence("ACK0", my_id)
+        self._seq["ID_ENQ"] = cs.sequence("ENQ", cs.encode_id(self.local, secret is not None))
+        self._seq["ID_ACK0"] = cs.sequence("ACK0", my_id)  # with a secret: per sign-on (_challenge)
         self._seq["ID_NAK"] = cs.sequence("NAK", my_id)
-        self._reader = BscReader(cs, max(block_size, self.max_image), self.counters)
+        trailer = TRAILER_SIZE if secret is not None else 0
+        self._reader = BscReader(cs, max(block_size, self.max_image) + trailer, self.counters,
+                                 trailer=trailer, max_id=AUTH_MAX_ID if trailer else MAX_ID)
+        self._hs: Handshake | None = None   # with a secret: the sign-on under way
+        self._auth: FrameAuth | None = None  # with a secret: the frame keys of the session
         self._out = bytearray()
         self._events: list = []
         self._now = self._last_rx = 0.0
@@ -79,7 +101,7 @@ class BscLine:
         self._queue: deque[bytes] = deque()  # every image held, the one in flight first
         self._unconfirmed = False            # a MessageReceived waits for confirm()
         self._last_block: Seq | None = None  # the last block taken (duplicates)
-        self._suspect: str | None = None     # a wrong ID met once (see _refuse)
+        self._suspect: tuple[str, str] | None = None  # a wrong ID met once, and why (see _refuse)
         self._reset_sender()
         self._reset_receiver()
 
@@ -147,7 +169,10 @@ class BscLine:
         self._check_gap(now)
         if self._state == RECV and now >= self._last_rx + self.disconnect_timeout:
             self._timeout("disconnect: no byte in receive state")
-            self._end_receive()
+            if self._hs is not None:
+                self._down("no answer")  # signing on: the peer never sent its proof
+            else:
+                self._end_receive()
         if self._deadline is not None and now >= self._deadline:
             self._deadline = None
             self._on_timer(now)
@@ -166,11 +191,15 @@ class BscLine:
         self._busy = bool(flag)
 
     def room(self) -> int:
-        return max(0, QUEUE_LIMIT - len(self._queue)) if self._state in UP_STATES else 0
+        up = self._state in UP_STATES and self._hs is None
+        return max(0, QUEUE_LIMIT - len(self._queue)) if up else 0
 
     # --- output and events ----------------------------------------------------------------
     def _tx(self, kind: str, frame: bytes | None = None, *, trace: str | None = None,
-            image: bytes | None = None, retransmit: bool = False) -> None:
+            image: bytes | None = None, retransmit: bool = False) -> int:
+        """Send a sequence (or `frame`); the bytes it took."""
+        if frame is None and self.secret is not None and kind in self.cs.bodies:
+            frame = self.cs.sequence(kind, trailer=self._seal(self.cs.bodies[kind]))
         frame = frame or self._seq[kind]
         self._out += frame
         c = self.counters
@@ -179,10 +208,32 @@ class BscLine:
         origin, msg_id = key_of(image) if image is not None else (None, None)
         self._events.append(FrameTraced("tx", trace or TRACE_KIND.get(kind, kind), len(frame),
                                         True, None, origin, msg_id, retransmit))
+        return len(frame)
+
+    def _seal(self, content: bytes) -> bytes:
+        return self._auth.seal(content) if self._auth is not None else UNSIGNED
+
+    def _content(self, s: Seq) -> bytes:
+        """What a sequence's MAC covers: a block's ending and text, or a control's characters."""
+        if s.kind in ("ETB", "ETX"):
+            return bytes([self.cs.etx if s.kind == "ETX" else self.cs.etb]) + s.data
+        return self.cs.bodies[s.kind]
+
+    def _authentic(self, s: Seq) -> bool:
+        """With a secret: whether a good sequence's trailer passes. UNSIGNED NAK and DISC pass only
+        while signing on; so does the proof block, which _proof_in checks with its proof."""
+        if s.trailer == UNSIGNED and s.kind in ("NAK", "DISC"):
+            return self._auth is None or self._hs is not None
+        if self._auth is None:
+            return self._hs is not None and s.kind == "ETX"
+        return self._auth.check(self._content(s), s.trailer)
 
     def _trace_rx(self, s: Seq) -> None:
         self.counters["frames_rx"] += 1
         origin = msg_id = None
+        if self._hs is not None and self._auth is None and s.kind == "ETX":
+            self._events.append(FrameTraced("rx", "AUTH", s.nbytes, s.ok))
+            return
         if s.ok and s.kind in ("ETB", "ETX"):
             head = self._assembly if self._assembly else s.data
             if len(head) >= 14:
@@ -208,6 +259,7 @@ class BscLine:
         return nbytes * 10 / self.baud
 
     def _expect_reply(self, now: float, sent: int) -> None:
+        """Wait for the answer to a sequence of `sent` bytes."""
         self._deadline = now + self._tx_time(sent + 8) + self.reply_timeout
 
     # --- line state -----------------------------------------------------------------------
@@ -244,6 +296,7 @@ class BscLine:
         self._events.append(LineDown(reason, list(self._queue)))
         self._queue.clear()
         self._state = DOWN
+        self._hs = self._auth = None
         self._reset_sender()
         self._reset_receiver()
 
@@ -262,10 +315,18 @@ class BscLine:
 
     # --- received sequences ---------------------------------------------------------------
     def _on_seq(self, s: Seq, now: float) -> None:
+        if self.secret is not None and s.ok and s.kind not in ID_KINDS and not self._authentic(s):
+            self.counters["auth_failures"] += 1  # forged, replayed, or from before this session
+            self._trace_rx(s._replace(ok=False))
+            return
         self._trace_rx(s)
         kind, st = s.kind, self._state
+        if not s.ok and kind in self.cs.bodies:
+            return  # a control sequence whose trailer check failed: as if not heard
         if kind == "DISC":
-            if st not in (DOWN, SIGNON):
+            if st == XMIT and self._phase == "auth":
+                self._down("refused: authentication failed")
+            elif st not in (DOWN, SIGNON):
                 refused = st == RECV and self._last_reply == "ID_ACK0"
                 self._down("refused" if refused else "peer signed off")
         elif kind.startswith("ID_"):
@@ -296,16 +357,21 @@ class BscLine:
         else:
             self._enter_receive("ACK0")
 
-    def _refuse(self, who: str) -> bool:
-        """True if `who`, not our peer, is to be refused now: only when the same wrong ID comes
-        twice running, since IDs carry no BCC and one bit error must not read as a stranger."""
-        if who != self._suspect:
-            self._suspect = who
+    def _refuse(self, kind: str, who: str, why: str, down: str) -> None:
+        """Refuse the ID `who` met in an ID ENQ (ID NAK) or in the ID ACK0 to our sign-on (DISC,
+        and DOWN with `down`), but only when the same ID comes twice running for the same reason:
+        IDs carry no BCC, and one bit error must not read as a stranger."""
+        if (who, why) != self._suspect:
+            self._suspect = (who, why)
             self.counters["bad_ids"] += 1
-            return False
+            return
         self._suspect = None
-        self._events.append(PeerRefused(who))
-        return True
+        self._events.append(PeerRefused(who, why))
+        if kind == "ID_ENQ":
+            self._tx("ID_NAK")
+        elif self._state == SIGNON:
+            self._tx("DISC")
+            self._down(down)
 
     def _on_id(self, s: Seq, now: float) -> None:
         st = self._state
@@ -313,21 +379,25 @@ class BscLine:
             if st == SIGNON:
                 self._down("refused")
             return
-        who = self.cs.decode_id(s.data)
+        who, authenticates, nonce = self.cs.parse_id(s.data)
         if who != self.peer:
-            if self._refuse(who):
-                if s.kind == "ID_ENQ":
-                    self._tx("ID_NAK")
-                elif st == SIGNON:
-                    self._tx("DISC")
-                    self._down("wrong peer")
+            self._refuse(s.kind, who, "", "wrong peer")
+            return
+        if authenticates != (self.secret is not None):
+            if self.secret is not None:
+                self._refuse(s.kind, who, "signed on without authentication, but this line has a secret",
+                             "no authentication")
+            else:
+                self._refuse(s.kind, who, "asks for authentication, but this line has no secret", "no secret")
             return
         self._suspect = None
         if s.kind == "ID_ACK0":
-            if st == SIGNON:
+            if st == SIGNON and self.secret is not None:
+                self._prove(nonce, now)
+            elif st == SIGNON:
                 self._up()
                 self._begin_transmission(now)
-            elif st == BID:
+            elif st == BID and self.secret is None:
                 self._begin_transmission(now)  # the ID ACK0 repeated for our bid
         elif st == SIGNON and self.primary:
             self.counters["collisions"] += 1  # both signing on: ours wins
@@ -336,8 +406,52 @@ class BscLine:
         else:
             if st in UP_STATES:
                 self._down("peer restarted")
-            self._up()
-            self._enter_receive("ID_ACK0")
+            if self.secret is not None:
+                self._challenge()
+            else:
+                self._up()
+                self._enter_receive("ID_ACK0")
+
+    # --- authentication (with a secret) ---------------------------------------------------
+    def _challenge(self) -> None:
+        """Answer an ID ENQ with an ID ACK0 carrying our nonce; LineUp waits for the proof block."""
+        self._reset_sender()
+        self._hs = Handshake(self.secret, self.peer, self.local, responder_nonce=new_nonce())
+        ident = self.cs.encode_id(self.local, True, self._hs.responder_nonce)
+        self._seq["ID_ACK0"] = self.cs.sequence("ACK0", ident)
+        self._enter_receive("ID_ACK0")
+
+    def _prove(self, nonce: bytes, now: float) -> None:
+        """The ID ACK0 to our sign-on, with the peer's nonce: send the proof block."""
+        if len(nonce) != NONCE_SIZE:  # the nonce or its check was hit on the line: ask again later
+            self.counters["bad_ids"] += 1
+            return
+        self._hs = Handshake(self.secret, self.local, self.peer, new_nonce(), nonce)
+        self._auth = self._hs.frames(self.local)
+        self._state, self._phase, self._retries = XMIT, "auth", 0
+        self._send_proof(now)
+
+    def _send_proof(self, now: float) -> None:
+        text = PROOF_MAGIC + self._hs.initiator_nonce + self._hs.proof(INITIATOR)
+        frame = self.cs.block(text + self._seal(bytes([self.cs.etx]) + text), True)
+        self._expect_reply(now, self._tx("", frame, trace="AUTH"))
+
+    def _proof_in(self, s: Seq) -> None:
+        """The proof block, in RECV while signing on: a good one takes us UP, answered ACK1
+        (whose MAC proves us); a bad one is refused with DISC."""
+        text, n = s.data, len(PROOF_MAGIC)
+        hs = self._hs.with_nonce(text[n:n + NONCE_SIZE])
+        auth = hs.frames(self.local)
+        if not (text[:n] == PROOF_MAGIC and len(text) == n + NONCE_SIZE + PROOF_SIZE
+                and hs.verify(INITIATOR, text[n + NONCE_SIZE:]) and auth.check(self._content(s), s.trailer)):
+            self._tx("DISC")
+            self._events.append(PeerRefused(self.peer, AUTH_FAILED))
+            self._down("authentication failed")
+            return
+        self._hs, self._auth = None, auth
+        self._up()
+        self._last_block = s
+        self._answer_block(final=False)
 
     def _enter_receive(self, reply: str) -> None:
         self._state = RECV
@@ -359,7 +473,9 @@ class BscLine:
         elif kind in ("ETB", "ETX"):
             if self._reply_waits:
                 return  # the sender must wait for our answer; it comes with confirm()
-            if s.ok:
+            if s.ok and self._hs is not None:
+                self._proof_in(s)
+            elif s.ok:
                 self._on_block(s)
             else:
                 self._reply("NAK")
@@ -437,14 +553,12 @@ class BscLine:
 
     # --- bidding --------------------------------------------------------------------------
     def _send_id_enq(self, now: float) -> None:
-        self._tx("ID_ENQ")
-        self._expect_reply(now, len(self._seq["ID_ENQ"]))
+        self._expect_reply(now, self._tx("ID_ENQ"))
 
     def _bid(self, now: float) -> None:
         self.counters["bids"] += 1
         self._state, self._phase = BID, "bid"
-        self._tx("ENQ")
-        self._expect_reply(now, len(self._seq["ENQ"]))
+        self._expect_reply(now, self._tx("ENQ"))
 
     def _on_bid_reply(self, kind: str, now: float) -> None:
         if kind == "ENQ":
@@ -472,9 +586,11 @@ class BscLine:
                 self._bid(now)
 
     # --- transmitting ---------------------------------------------------------------------
-    def _begin_transmission(self, now: float) -> None:
+    def _begin_transmission(self, now: float, parity: int = 1) -> None:
+        """We hold the line: the first block is answered ACK1 (ACK0 answered the bid), or ACK0
+        when the proof block took the ACK1."""
         self._state, self._phase = XMIT, None
-        self._parity, self._sent, self._retries, self._rvi = 1, 0, 0, False
+        self._parity, self._sent, self._retries, self._rvi = parity, 0, 0, False
         self._deadline = None
         self._next(now)
 
@@ -490,20 +606,22 @@ class BscLine:
                 else:
                     self._finish(now)
                 return
-            self._frames, self._block = self.cs.blocks(self._queue[0], self.block_size), 0
+            self._frames, self._block = self.cs.texts(self._queue[0], self.block_size), 0
         self._send_block(now)
 
     def _send_block(self, now: float) -> None:
-        frame = self._frames[self._block]
+        text, last = self._frames[self._block]
+        if self.secret is not None:  # each transmission its own counter, so it is built each time
+            text += self._seal(bytes([self.cs.etx if last else self.cs.etb]) + text)
         again = self._block <= self._sent_max
         if again:
             self.counters["retransmissions"] += 1
         self._sent_max = max(self._sent_max, self._block)
-        last = self._block == len(self._frames) - 1
-        self._tx("", frame, trace="ETX" if last else "ETB", image=self._queue[0], retransmit=again)
+        sent = self._tx("", self.cs.block(text, last), trace="ETX" if last else "ETB", image=self._queue[0],
+                        retransmit=again)
         self._sent += 1
         self._phase, self._heard = "reply", None
-        self._expect_reply(now, len(frame))
+        self._expect_reply(now, sent)
 
     def _finish(self, now: float, holdoff: bool = False) -> None:
         self._tx("EOT")
@@ -512,8 +630,7 @@ class BscLine:
 
     def _enq(self, now: float) -> None:
         self.counters["enqs"] += 1
-        self._tx("ENQ")
-        self._expect_reply(now, len(self._seq["ENQ"]))
+        self._expect_reply(now, self._tx("ENQ"))
 
     def _acked(self, now: float, wack: bool = False) -> None:
         self._retries = 0
@@ -533,6 +650,14 @@ class BscLine:
 
     def _on_reply(self, kind: str, now: float) -> None:
         phase = self._phase
+        if phase == "auth":  # the answer to the proof block (an ACK1 here has passed its MAC)
+            if kind == "ACK1":
+                self._hs = None
+                self._up()
+                self._begin_transmission(now, parity=0)
+            elif kind == "NAK" and self._retry("proof block answered NAK"):
+                self._send_proof(now)
+            return
         if phase == "enq" and kind == "ACK0" == ACK[self._parity]:
             # ACK0 is also the answer to a bid: a receiver that took our ENQ for EOT (one bit in
             # ASCII) answers the next ENQ so. End the transmission and send the message again
@@ -606,14 +731,17 @@ class BscLine:
         elif phase == "hold":
             self.counters["ttds"] += 1
             self._phase = "ttd"
-            self._tx("TTD")
-            self._expect_reply(now, len(self._seq["TTD"]))
+            self._expect_reply(now, self._tx("TTD"))
         elif phase == "ttd":
             self._timeout("no answer to TTD")
             self._finish(now)
         elif phase == "wack":
             self._phase = "wackenq"
             self._enq(now)
+        elif phase == "auth":
+            self._timeout("no answer to the proof block")
+            if self._retry("proof block again"):
+                self._send_proof(now)
         else:  # reply, enq, wackenq: ask for the answer again
             self._timeout(f"no answer ({phase})")
             if self._retry("ENQ for the reply"):

@@ -4,6 +4,9 @@ The reader hunts for `SYN SYN`, reads what follows, and after anything it cannot
 control character where none belongs, a broken DLE sequence, an ID that runs on, a block over
 the maximum) drops the bytes, counts them and hunts again: it never raises. Work is done with
 `bytes.find` and slices; only SYN runs and the few bytes of an ID are stepped through.
+On a line with a secret (`trailer` > 0) every control sequence but the ID forms is followed by
+its authentication trailer and a CRC-16 (bsc_codes.CodeSet.sequence), and every block's text
+ends with the trailer: both come out in Seq.trailer, for the machine to check.
 """
 from __future__ import annotations
 
@@ -21,14 +24,17 @@ class Seq(NamedTuple):
                          # pad, optional after some sequences, is skipped while hunting)
     ok: bool = True      # False: bad BCC, or an aborted block
     data: bytes = b""    # a block's text (DLE DLE undone, DLE SYN dropped), or the ID
+    trailer: bytes = b""  # on a line with a secret: the authentication trailer
 
 
 class BscReader:
     """Stateful deframer; `counters` (the machine's dict) gets garbage, crc_errors,
     bad_sequences and oversized."""
 
-    def __init__(self, cs: CodeSet, max_text: int, counters: dict):
+    def __init__(self, cs: CodeSet, max_text: int, counters: dict, *, trailer: int = 0,
+                 max_id: int = MAX_ID):
         self.cs, self.max_text, self.counters = cs, max_text, counters
+        self.trailer, self.max_id = trailer, max_id
         self._buf = bytearray()
         self._text: bytearray | None = None  # inside a transparent block: its text so far
         self._nbytes = 0                      # wire bytes of that block so far
@@ -80,9 +86,25 @@ class BscReader:
         self.counters["garbage"] += resume - start
         return resume, True
 
-    def _emit(self, out: list, kind: str, start: int, end: int, ok: bool = True, data: bytes = b"") -> tuple[int, bool]:
-        out.append(Seq(kind, end - start, ok, data))
+    def _emit(self, out: list, kind: str, start: int, end: int, ok: bool = True, data: bytes = b"",
+              trailer: bytes = b"") -> tuple[int, bool]:
+        out.append(Seq(kind, end - start, ok, data, trailer))
         return end, True
+
+    def _bare(self, out: list, kind: str, i: int, j: int, e: int) -> tuple[int, bool]:
+        """A control sequence from `i` whose characters are buf[j:e]; with a secret, its trailer
+        and check follow. A failed check gives the sequence as not ok and reads on from `e`, since
+        the bytes taken for its trailer may be the next sequence."""
+        if not self.trailer:
+            return self._emit(out, kind, i, e)
+        buf, n = self._buf, e + self.trailer + 2
+        if n > len(buf):
+            return i, False
+        trailer = bytes(buf[e:n - 2])
+        if crc16(bytes(buf[j:e]) + trailer) != buf[n - 2] | buf[n - 1] << 8:
+            self.counters["crc_errors"] += 1
+            return self._emit(out, kind, i, e, ok=False)
+        return self._emit(out, kind, i, n, trailer=trailer)
 
     def _hunt(self, pos: int, out: list) -> tuple[int, bool]:
         buf, syn = self._buf, self.cs.syn
@@ -105,7 +127,7 @@ class BscReader:
         c = buf[j]
         kind = self._singles.get(c)
         if kind:
-            return self._emit(out, kind, i, j + 1)
+            return self._bare(out, kind, i, j, j + 1)
         if c == cs.dle or c == cs.stx:
             if j + 1 == n:
                 return i, False
@@ -113,19 +135,19 @@ class BscReader:
             if c == cs.dle:
                 kind = self._after_dle.get(c2)
                 if kind:
-                    return self._emit(out, kind, i, j + 2)
+                    return self._bare(out, kind, i, j, j + 2)
                 if c2 == cs.stx:
                     self._text, self._nbytes = bytearray(), j + 2 - i
                     return j + 2, True
             elif c2 == cs.enq:
-                return self._emit(out, "TTD", i, j + 2)
+                return self._bare(out, "TTD", i, j, j + 2)
             return self._bad(i, j + 1)
         if c <= cs.ctl_max:
             return self._bad(i, j + 1)
         k = j  # an ID: graphic characters up to ENQ, NAK or DLE ACK0
-        while k < n and k - j <= MAX_ID and buf[k] > cs.ctl_max:
+        while k < n and k - j <= self.max_id and buf[k] > cs.ctl_max:
             k += 1
-        if k - j > MAX_ID:
+        if k - j > self.max_id:
             return self._bad(i, j + 1)
         if k == n:
             return i, False
@@ -178,4 +200,5 @@ class BscReader:
                 self.counters["crc_errors"] += 1
             start = k - self._nbytes
             self._text = None
-            return self._emit(out, ending[0], start, k + 4, ok, bytes(text))
+            cut = len(text) - self.trailer if self.trailer and len(text) >= self.trailer else len(text)
+            return self._emit(out, ending[0], start, k + 4, ok, bytes(text[:cut]), bytes(text[cut:]))

@@ -28,12 +28,13 @@ class MessageAcked:
 @dataclass
 class PeerRefused:
     peer: str  # the id the refusing side met
+    reason: str = ""  # why, when not a wrong peer: e.g. failed authentication
 
 
 @dataclass
 class FrameTraced:
     dir: str  # "tx" or "rx"
-    kind: str  # async: D A N B S T O P; BSC: ENQ ACK0 ACK1 NAK WACK RVI TTD EOT DISC ETB ETX ID
+    kind: str  # async: D A N B S T O P V; BSC: ENQ ACK0 ACK1 NAK WACK RVI TTD EOT DISC ETB ETX ID AUTH
     nbytes: int
     ok: bool = True
     seq: int | None = None
