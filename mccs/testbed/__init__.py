@@ -2,12 +2,15 @@
 the benchmarks, so that an installed `mccs vserial | loopback | demo | bench` works without the
 source checkout.
 
-- `vserial`: virtual null-modem lines (pty pairs) paced to a baud, with faults.
+- `vserial`: virtual null-modem lines (pty pairs) paced to a baud, with faults; one line and its
+  relay are in `vserial_line`.
 - `hosts`, `traffic`, `loopback`: daemon processes, sender/receiver processes and the verdict.
 - `demo`: the README's demo (a loopback network, then `mccs analyze`).
 - `bench`, `bench_*`: `mccs bench local | line | network | analyze`.
-- `linesim`: an in-memory line on a virtual clock (`mccs bench line` measures frame sizes with it).
-- `tracegen`: synthetic traces with known answers (`mccs bench analyze` input).
+- `linesim`: an in-memory line on a virtual clock (`mccs bench line` measures frame sizes with it);
+  its impaired byte stream is `linesim_channel`.
+- `tracegen`: synthetic traces with known answers (`mccs bench analyze` input), with
+  `tracegen_spec` (what to generate), `tracegen_files` (rotated files), `tracegen_answers`.
 
 The test suite uses these too. What serves only the tests (tools/hostsim.py) stays in the
 checkout's tools/, which is not installed.

@@ -7,90 +7,34 @@ duplicate arrivals), busy answers, line outages, lost, pending and doubly delive
 and MSG_IDs reused after wrap-around. It keeps its own tally of what it wrote, so
 `generate()` returns the figures `mccs analyze` must find; tests compare the two, and the
 benchmark uses it for large inputs. Events are formatted with string templates (not
-json.dumps) so ten million of them take about a minute.
+json.dumps) so ten million of them take about a minute. What to generate is a `TraceSpec`
+(tracegen_spec); the files are written by tracegen_files, the answers worked out in
+tracegen_answers.
 
     python -m mccs.testbed.tracegen OUT_DIR --hosts 6 --lines 8 --messages 20000 --duration 7200
 """
 from __future__ import annotations
 
 import argparse
-import bisect
-import gzip
 import json
 import math
 import os
 import random
-import shutil
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
-from mccs.analytics.schema import DATA_KINDS, MINUTE, REJECT_KINDS, line_rows
+from mccs.analytics.schema import DATA_KINDS, MINUTE
+from mccs.testbed.tracegen_answers import (DirTally, high_water, known_answers, latency_stats, percentile,
+                                           up_seconds)
+from mccs.testbed.tracegen_files import TraceWriter
+from mccs.testbed.tracegen_spec import TraceSpec, host_ids, line_name, topology
+
+# The spec's and the answers' names stay importable from here, where callers have always found them.
+__all__ = ["RETRIES", "TraceSpec", "host_ids", "topology", "line_name", "Generator", "up_seconds", "high_water",
+           "percentile", "latency_stats", "generate", "main"]
 
 RETRIES = 7                           # transmissions of one frame before the generator forces success
-
-
-@dataclass
-class TraceSpec:
-    """What to generate. Rates are per data-frame transmission."""
-    hosts: int = 4
-    lines: int | None = None           # default: a ring (a single line for two hosts)
-    messages: int = 1000               # messages accepted (all kinds below included)
-    duration: float = 3600.0           # seconds of traffic
-    start: float = 1_700_000_000.0     # epoch seconds of the first event
-    seed: int = 1
-    local_share: float = 0.05          # messages to a process on the same host
-    max_message: int = 128
-    frame_error_rate: float = 0.02     # data frame arrives with a bad check: reject, retransmit
-    frame_loss_rate: float = 0.01      # data frame lost: timeout, retry, retransmit
-    ack_loss_rate: float = 0.005       # answer lost: async retransmits (a duplicate arrival)
-    busy_rate: float = 0.01            # receiver answers busy (B / WACK)
-    outages: int = 2                   # line outages (down ... up), spread over the lines
-    outage_seconds: tuple[float, float] = (30.0, 300.0)
-    lost: int = 3                      # accepted, never received
-    pending: int = 2                   # received, never delivered
-    duplicated: int = 2                # delivered twice
-    id_space: int = 65536              # MSG_ID modulus; smaller values force reuse in tests
-    bauds: tuple[int, ...] = (2400, 4800, 9600, 19200)
-    keepalive: float = 30.0            # async keep-alive period
-    rotate_events: int = 50_000        # events per trace file before rotation
-    compress_rotated: bool = True      # rotated files become .jsonl.gz
-    malformed: int = 0                 # bad lines mixed into the files
-    unknown_fields: bool = True        # sprinkle fields the schema does not know
-
-
-def host_ids(n: int) -> list[str]:
-    return [chr(65 + i // 26) + chr(65 + i % 26) for i in range(n)]
-
-
-def topology(hosts: list[str], n_lines: int | None) -> list[tuple[str, str]]:
-    """A ring (so every host has a neighbour), then chords, as sorted pairs."""
-    n = len(hosts)
-    pairs: list[tuple[str, str]] = []
-    for step in range(1, n):
-        for i in range(n):
-            p = tuple(sorted((hosts[i], hosts[(i + step) % n])))
-            if p not in pairs:
-                pairs.append(p)
-    want = n_lines if n_lines is not None else (n if n > 2 else 1)
-    if not 1 <= want <= len(pairs):
-        raise ValueError(f"{n} hosts allow 1..{len(pairs)} lines, not {want}")
-    return pairs[:want]
-
-
-def line_name(a: str, b: str) -> str:
-    return "-".join(sorted((a, b)))
-
-
-class _Dir:
-    """The tally of one (line, host, dir) row, kept as events are written."""
-    __slots__ = ("kinds", "bytes", "data_frames", "data_messages", "retransmissions", "crc", "minutes")
-
-    def __init__(self):
-        self.kinds: Counter = Counter()
-        self.bytes = self.data_frames = self.data_messages = self.retransmissions = self.crc = 0
-        self.minutes: Counter = Counter()
 
 
 class _Msg:
@@ -103,60 +47,6 @@ class _Msg:
         self.delivered: list[float] = []
         self.last = t
         self.local = origin == dest
-
-
-class _Writer:
-    """Per-host buffers flushed in time order into rotated (optionally gzipped) files."""
-
-    def __init__(self, root: Path, spec: TraceSpec, hosts: list[str]):
-        self.root, self.spec = root, spec
-        self.buf: dict[str, list] = {h: [] for h in hosts}
-        self.files: dict[str, object] = {}
-        self.count: dict[str, int] = {h: 0 for h in hosts}
-        self.part: dict[str, int] = {h: 0 for h in hosts}
-        self.paths: list[Path] = []
-        self.stamp = f"{int(spec.start)}"
-        for h in hosts:
-            (root / h).mkdir(parents=True, exist_ok=True)
-
-    def add(self, host: str, ts: float, text: str) -> None:
-        self.buf[host].append((ts, text))
-
-    def flush(self, watermark: float) -> None:
-        for host, buf in self.buf.items():
-            buf.sort(key=lambda e: e[0])
-            cut = bisect.bisect_left(buf, (watermark,)) if watermark != math.inf else len(buf)
-            for _, text in buf[:cut]:
-                self._write(host, text)
-            del buf[:cut]
-
-    def _write(self, host: str, text: str) -> None:
-        f = self.files.get(host)
-        if f is None or self.count[host] >= self.spec.rotate_events:
-            if f is not None:
-                self._rotate(host)
-            self.part[host] += 1
-            path = self.root / host / f"{host}-{self.stamp}-{self.part[host]:03d}.jsonl"
-            self.paths.append(path)
-            f = self.files[host] = open(path, "w", encoding="utf-8", buffering=1 << 20)
-            self.count[host] = 0
-        f.write(text)
-        self.count[host] += 1
-
-    def _rotate(self, host: str) -> None:
-        f = self.files.pop(host)
-        f.close()
-        if self.spec.compress_rotated:
-            path = Path(f.name)
-            with open(path, "rb") as src, gzip.open(f"{path}.gz", "wb", compresslevel=1) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            path.unlink()
-            self.paths[self.paths.index(path)] = Path(f"{path}.gz")
-
-    def close(self) -> None:
-        self.flush(math.inf)
-        for f in self.files.values():
-            f.close()
 
 
 class Generator:
@@ -176,8 +66,8 @@ class Generator:
             name = line_name(a, b)
             self.proto[name] = "async" if i % 2 == 0 else "bsc"
             self.baud[name] = self.rnd.choice(spec.bauds)
-        self.out = _Writer(Path(trace_dir), spec, self.hosts)
-        self.dirs: dict[tuple[str, str, str], _Dir] = defaultdict(_Dir)
+        self.out = TraceWriter(Path(trace_dir), spec, self.hosts)
+        self.dirs: dict[tuple[str, str, str], DirTally] = defaultdict(DirTally)
         self.line_events: dict[tuple[str, str], list[tuple[float, str]]] = defaultdict(list)
         self.line_counts: Counter = Counter()           # (host, peer, kind)
         self.msg_counts: Counter = Counter()            # (host, kind)
@@ -289,7 +179,7 @@ class Generator:
                 self.out.flush(t - horizon)
         self._inject_malformed()
         self.out.close()
-        return self.answers()
+        return known_answers(self)
 
     def _lines_timeline(self, end: float) -> None:
         """Sign-ons at the start, outages, keep-alives; line events at both ends."""
@@ -460,125 +350,6 @@ class Generator:
             buf = self.out.buf[host]
             ts = buf[self.rnd.randrange(len(buf))][0] if buf else self.spec.start
             self.out.add(host, ts, bad[i % len(bad)] + "\n")
-
-    # -- the known answers ----------------------------------------------------------------
-    def answers(self) -> dict:
-        ws, we = self.t_min, self.t_max
-        span = we - ws
-        directions = []
-        for (a, b) in self.pairs:
-            name = line_name(a, b)
-            baud = self.baud[name]
-            for host, peer in ((a, b), (b, a)):
-                up = up_seconds(self.line_events[(host, peer)], ws, we)
-                for dir_ in ("rx", "tx"):
-                    d = self.dirs[(name, host, dir_)]
-                    other = self.dirs[(name, host, "tx" if dir_ == "rx" else "rx")]
-                    naks = sum(d.kinds[k] for k in REJECT_KINDS)
-                    cap = baud / 10.0
-                    directions.append({
-                        "line": name, "host": host, "peer": peer, "dir": dir_, "proto": self.proto[name],
-                        "baud": baud, "frames": sum(d.kinds.values()),
-                        "frames_by_kind": {k: v for k, v in sorted(d.kinds.items())},
-                        "bytes": d.bytes, "data_frames": d.data_frames, "data_messages": d.data_messages,
-                        "retransmissions": d.retransmissions, "naks": naks,
-                        "reject_rate": naks / other.data_frames if other.data_frames else None,
-                        "crc_failures": d.crc,
-                        "timeouts": self.line_counts[(host, peer, "timeout")] if dir_ == "tx" else 0,
-                        "retries": self.line_counts[(host, peer, "retry")] if dir_ == "tx" else 0,
-                        "downs": self.line_counts[(host, peer, "down")],
-                        "up_seconds": up, "availability": up / span if span > 0 else None,
-                        "utilisation": d.bytes / cap / up if up > 0 else None,
-                        "utilisation_peak_minute": max(d.minutes.values()) / cap / MINUTE if d.minutes else None,
-                    })
-        directions.sort(key=lambda r: (r["line"], r["host"], r["dir"]))
-        return {
-            "input": {"events": self.events, "malformed": self.spec.malformed,
-                      "window": {"start": ws, "end": we, "seconds": span}},
-            "directions": directions,
-            "lines": line_rows(directions),
-            "messages": self._message_answers(),
-            "hosts": self._host_answers(),
-            "accepted_times": sorted(m.accepted for m in self.msgs),
-            "files": [str(p) for p in self.out.paths],
-        }
-
-    def _message_answers(self) -> dict:
-        lat = sorted(m.delivered[0] - m.accepted for m in self.msgs if m.delivered)
-        return {
-            "accepted": len(self.msgs),
-            "delivered": sum(1 for m in self.msgs if m.delivered),
-            "lost": sum(1 for m in self.msgs if m.received is None and not m.delivered),
-            "pending": sum(1 for m in self.msgs if m.received is not None and not m.delivered),
-            "duplicated": sum(1 for m in self.msgs if len(m.delivered) > 1),
-            "duplicate_arrivals": sum(v for (h, k), v in self.msg_counts.items() if k == "duplicate"),
-            "unmatched": 0,
-            "latency": latency_stats(lat),
-        }
-
-    def _host_answers(self) -> list[dict]:
-        steps: dict[str, dict[str, list]] = {h: {"send": [], "recv": []} for h in self.hosts}
-        for m in self.msgs:
-            if not m.local:
-                steps[m.origin]["send"].append((m.accepted, 1))
-                if m.acked is not None:
-                    steps[m.origin]["send"].append((m.acked, -1))
-            if m.received is not None:
-                steps[m.dest]["recv"].append((m.received, 1))
-                if m.delivered:
-                    steps[m.dest]["recv"].append((m.delivered[0], -1))
-        rows = []
-        for h in self.hosts:
-            c = {k: self.msg_counts[(h, k)] for k in ("accepted", "sent", "acked", "received", "delivered",
-                                                      "duplicate")}
-            rows.append({"host": h, **{k: v for k, v in c.items() if k != "duplicate"},
-                         "duplicates_dropped": c["duplicate"],
-                         "send_list_hwm": high_water(steps[h]["send"]),
-                         "recv_list_hwm": high_water(steps[h]["recv"])})
-        return rows
-
-
-def up_seconds(events: list[tuple[float, str]], ws: float, we: float) -> float:
-    """Seconds UP within [ws, we] from one host's up/down events of a line (unknown = down,
-    except that a first event `down` means the line was up before it)."""
-    events = sorted(events)
-    total = 0.0
-    since = ws if events and events[0][1] == "down" else None
-    for ts, kind in events:
-        if kind == "up" and since is None:
-            since = ts
-        elif kind == "down" and since is not None:
-            total += max(0.0, min(ts, we) - max(since, ws))
-            since = None
-    if since is not None:
-        total += max(0.0, we - max(since, ws))
-    return total
-
-
-def high_water(steps: list[tuple[float, int]]) -> int:
-    """Largest running sum of +1/-1 steps in time order (decrements first on a tie)."""
-    level = top = 0
-    for _, delta in sorted(steps):
-        level += delta
-        top = max(top, level)
-    return top
-
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default, Spark's `percentile`)."""
-    pos = (len(sorted_values) - 1) * p
-    lo, hi = math.floor(pos), math.ceil(pos)
-    if lo == hi:
-        return sorted_values[lo]
-    return (hi - pos) * sorted_values[lo] + (pos - lo) * sorted_values[hi]
-
-
-def latency_stats(sorted_lat: list[float]) -> dict:
-    if not sorted_lat:
-        return {"count": 0, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
-    return {"count": len(sorted_lat), "mean": sum(sorted_lat) / len(sorted_lat),
-            "p50": percentile(sorted_lat, 0.5), "p95": percentile(sorted_lat, 0.95),
-            "p99": percentile(sorted_lat, 0.99), "max": sorted_lat[-1]}
 
 
 def generate(trace_dir: str | os.PathLike, spec: TraceSpec | None = None, **overrides) -> dict:
