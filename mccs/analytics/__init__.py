@@ -1,6 +1,8 @@
 """Trace analytics, the `mccs analyze` command (DESIGN.md sections 6 and 8; README "Trace analytics").
 
 - `schema`: the versioned schema of summary.json (`mccs-analyze-summary`) and its columns; no Spark.
+- `session`: a quiet SparkSession, or an `AnalyzeError` saying what to install.
+- `traces`: the trace files found and read as one DataFrame; compaction to Parquet.
 - `spark`: the Spark job, trace events in, the summary dict out.
 - `command`: `mccs analyze` itself, `run_analysis()` and the report (CSV, plots, index.html).
 
@@ -11,6 +13,10 @@ the client and the lines work without it, and the commands that need it say what
 from __future__ import annotations
 
 INSTALL = "pip install 'mccs[analyze]' (and a Java 17 runtime)"
+
+
+class AnalyzeError(Exception):
+    """A problem the user must fix (no traces, no Spark, no Java): reported without a traceback, exit 2."""
 
 
 def spark_missing(command: str) -> str | None:

@@ -4,185 +4,26 @@ One JSON parse (or Parquet scan) of the traces is cached and every figure comes 
 aggregations over it, so the job runs the same on `local[*]` and on a cluster. Only small
 results (per line, per minute, per host, up/down intervals, latency histogram) reach the
 driver. Percentiles use Spark's exact `percentile` (linear interpolation between closest
-ranks, as numpy's default), not an approximation.
+ranks, as numpy's default), not an approximation. The session is made in `session`, the
+traces are found and read in `traces`.
 """
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 
-from mccs.analytics import INSTALL
+from mccs.analytics import AnalyzeError
 from mccs.analytics.schema import (DATA_KINDS, MINUTE, MSG_KINDS, PERCENTILES, REJECT_KINDS, SCHEMA,
                                    SCHEMA_VERSION, line_rows)
+from mccs.analytics.session import LOG4J, java_available, start_session
+from mccs.analytics.traces import FIELDS, JSON_SUFFIXES, URL, compact, find_inputs, load_events, parse_time
 
-JSON_SUFFIXES = (".jsonl", ".jsonl.gz")
-URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-FIELDS = (("v", "long"), ("ts", "double"), ("host", "string"), ("line", "string"), ("proto", "string"),
-          ("type", "string"), ("dir", "string"), ("kind", "string"), ("seq", "long"), ("origin", "string"),
-          ("msg_id", "long"), ("from_id", "string"), ("to_id", "string"), ("user_id", "long"),
-          ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"))
+# The session's and the traces' names stay importable from here, where callers have always found them.
+__all__ = ["AnalyzeError", "LOG4J", "java_available", "start_session", "JSON_SUFFIXES", "URL", "FIELDS",
+           "find_inputs", "load_events", "parse_time", "compact", "KIND_ORDER", "analyze"]
+
 KIND_ORDER = {k: i for i, k in enumerate(MSG_KINDS)}      # breaks ties of equal timestamps
-# Errors only. The gateway's own level, set equal to the root's, stops Spark announcing that it
-# changed the root's ("Setting default log level ...", printed as PySpark counts as a shell).
-LOG4J = """rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
-"""
 
 
-class AnalyzeError(Exception):
-    """A problem the user must fix (no traces, no Spark, no Java): reported without a traceback, exit 2."""
-
-
-# -- the session ----------------------------------------------------------------------------
-def java_available() -> bool:
-    home = os.environ.get("JAVA_HOME")
-    return bool(shutil.which("java") or (home and Path(home, "bin", "java").exists()))
-
-
-def start_session(master: str | None = None, driver_memory: str = "3g"):
-    """A quiet SparkSession on `master` (default local[*])."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise AnalyzeError(f"Spark is not installed: {INSTALL}") from None
-    if not java_available():
-        raise AnalyzeError("Spark needs Java 17 or later and none was found: install one "
-                           "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
-
-    log4j = Path(tempfile.gettempdir(), "mccs-analyze-log4j2.properties")
-    log4j.write_text(LOG4J)
-    master = master or "local[*]"
-    options = {"spark.master": master, "spark.app.name": "mccs-analyze", "spark.ui.enabled": "false",
-               "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
-               "spark.sql.shuffle.partitions": "16",
-               "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-               "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
-               "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}
-    if master.startswith("local"):
-        options["spark.driver.memory"] = driver_memory
-    _start_jvm(SparkConf().setAll(list(options.items())))
-    spark = SparkSession.builder.config(map=options).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def _start_jvm(conf) -> None:
-    """Start Spark's JVM (once per process) with its stderr through a filter: the JVM itself prints
-    `WARNING: Using incubator modules` for a module Spark adds, before any log level applies."""
-    from pyspark import SparkContext
-    from pyspark.java_gateway import launch_gateway
-    if SparkContext._gateway is not None:
-        return
-    try:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
-    except TypeError:  # a pyspark without popen_kwargs: no filter, the warning shows, nothing else changes
-        return
-    threading.Thread(target=_pass_stderr, args=(gateway.proc.stderr,), daemon=True).start()
-    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
-
-
-def _pass_stderr(pipe) -> None:
-    for line in pipe:
-        if not line.startswith(b"WARNING: Using incubator modules"):
-            sys.stderr.buffer.write(line)
-            sys.stderr.flush()
-
-
-# -- finding and reading traces ---------------------------------------------------------------
-def find_inputs(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
-    """(JSON Lines files, Parquet dataset roots, remote URLs) under the given paths."""
-    files, roots, urls = [], set(), []
-    for p in paths:
-        if URL.match(p) and not p.startswith("file://"):
-            urls.append(p)
-            continue
-        base = Path(p.removeprefix("file://"))
-        candidates = [base] if base.is_file() else (
-            Path(d, f) for d, dirs, names in os.walk(base) for f in names
-            if not f.startswith((".", "_")) and not any(x.startswith((".", "_")) for x in Path(d).parts[-1:]))
-        for f in candidates:
-            if f.name.endswith(JSON_SUFFIXES):
-                files.append(str(f.resolve()))
-            elif f.name.endswith(".parquet"):
-                root = f.parent
-                while "=" in root.name and root.parent != root:
-                    root = root.parent
-                roots.add(str(root.resolve()))
-    return sorted(files), sorted(roots), urls
-
-
-def load_events(spark, paths: list[str]):
-    """All events as one DataFrame of the schema's columns plus `bad` (malformed), and what was read."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    files, roots, urls = find_inputs(paths)
-    if not (files or roots or urls):
-        raise AnalyzeError(f"no trace files (*.jsonl, *.jsonl.gz or Parquet from --compact) under "
-                           f"{', '.join(paths)}: give the trace_dir of a daemon (or a folder above several)")
-    ddl = ", ".join(f"{name} {kind}" for name, kind in FIELDS)
-    frames = []
-    if files or urls:
-        schema = StructType.fromDDL(ddl + ", _corrupt_record string")
-        reader = spark.read.schema(schema).option("mode", "PERMISSIVE")
-        if files:
-            frames.append(_checked(reader.json(files)))
-        for url in urls:
-            frames.append(_checked(reader.option("recursiveFileLookup", "true")
-                                   .option("pathGlobFilter", "*.{jsonl,jsonl.gz}").json(url)))
-    for root in roots:
-        df = spark.read.option("basePath", root).parquet(root)
-        frames.append(df.select(*[F.col(n).cast(k) for n, k in FIELDS], F.lit(False).alias("bad")))
-    events = frames[0]
-    for df in frames[1:]:
-        events = events.unionByName(df)
-    fmt = "+".join(n for n, present in (("jsonl", files or urls), ("parquet", roots)) if present)
-    return events, {"files": len(files), "parquet_datasets": len(roots), "urls": len(urls), "format": fmt}
-
-
-def _checked(df):
-    """Mark lines that are not JSON objects of the schema, or lack ts, host or a known type."""
-    from pyspark.sql import functions as F
-    bad = (F.col("_corrupt_record").isNotNull() | F.col("ts").isNull() | F.col("host").isNull()
-           | ~F.coalesce(F.col("type").isin("frame", "msg", "line"), F.lit(False)))
-    return df.select(*[n for n, _ in FIELDS], bad.alias("bad"))
-
-
-def parse_time(value: str | float | None) -> float | None:
-    """--since/--until: epoch seconds or ISO 8601 (UTC unless it says otherwise)."""
-    if value is None or isinstance(value, (int, float)):
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    from datetime import datetime, timezone
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise AnalyzeError(f"not a time: {value!r} (use ISO 8601 like 2026-11-22T09:00:00 or epoch seconds)")
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
-
-
-# -- the analysis ---------------------------------------------------------------------------
 def analyze(spark, paths: list[str], since=None, until=None) -> dict:
     """The whole analysis: the summary dict (summary.json) plus the tables for the report
     under the private key `_tables`.
@@ -477,18 +318,3 @@ def _hosts(counts: dict, hwm: dict) -> list[dict]:
                      "duplicates_dropped": n["duplicate"],
                      "send_list_hwm": hwm.get((h, "send"), 0), "recv_list_hwm": hwm.get((h, "recv"), 0)})
     return rows
-
-
-# -- compaction -----------------------------------------------------------------------------
-def compact(spark, paths: list[str], out: str) -> dict:
-    """Rewrite the traces' valid events as Parquet partitioned by host and UTC date under `out`."""
-    from pyspark.sql import functions as F
-    events, read = load_events(spark, paths)
-    events = events.persist()
-    malformed = events.filter(F.col("bad")).count()
-    good = events.filter(~F.col("bad")).drop("bad").withColumn(
-        "date", F.date_format(F.from_unixtime(F.col("ts")), "yyyy-MM-dd"))
-    good.repartition("host", "date").write.mode("overwrite").partitionBy("host", "date").parquet(out)
-    n = events.count() - malformed
-    events.unpersist()
-    return {**read, "events": n, "malformed": malformed, "out": str(out)}
