@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from linedrivers.ids import host_of
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.vserial import Lines
 
@@ -107,7 +108,7 @@ class Network:
         plans: dict[str, list[str]] = {s: [] for s in senders}
         for k in range(self.opts.messages):
             sender = senders[k % len(senders)]
-            peer = rng.choice(self.neighbours[sender[:2]])
+            peer = rng.choice(self.neighbours[host_of(sender)])
             plans[sender].append(f"{peer}R{rng.randrange(self.opts.receivers)}")
         return plans
 
@@ -124,7 +125,7 @@ class Network:
         for sender, targets in plans.items():
             plan = logs / f"{sender}.plan"
             plan.write_text("\n".join(targets) + "\n")
-            self.procs.append(subprocess.Popen(py + ["send", str(self.daemons[sender[:2]].config), sender[2:],
+            self.procs.append(subprocess.Popen(py + ["send", str(self.daemons[host_of(sender)].config), sender[2:],
                                                      str(logs / f"{sender}.sent"), str(plan), str(self.opts.size)]))
 
     def stop(self) -> None:
