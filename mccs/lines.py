@@ -153,12 +153,12 @@ class Lines:
             fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud)
             log.info("%s: line to %s up (%s)", self.host, lcb.peer, proto)
         elif isinstance(ev, LineDown):
-            if ev.reason == "refused":
-                fx.trace("line", "signon_refused", lcb.peer, proto, reason="refused by the peer")
+            if ev.reason.startswith("refused"):  # "refused", or "refused: " and the peer's note
+                fx.trace("line", "signon_refused", lcb.peer, proto, reason=f"{ev.reason} by the peer")
             self._down(lcb, ev.reason, now, fx)
         elif isinstance(ev, PeerRefused):
             lcb.counters["refused"] += 1
-            why = getattr(ev, "reason", "") or f"sign-on from {ev.peer!r}, not {lcb.peer!r}"
+            why = ev.reason or f"sign-on from {ev.peer!r}, not {lcb.peer!r}"
             fx.trace("line", "signon_refused", lcb.peer, proto, reason=why)
             log.warning("%s: refused a sign-on on the line to %s: %s", self.host, lcb.peer, why)
         elif isinstance(ev, LineEvent):

@@ -126,3 +126,48 @@ def test_a_reserved_name_cannot_be_attached_by_another_user(other_user, daemon):
             assert admin.status()["lists"]["recv"] == 3
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- line authentication between real daemons (issue 9, item 9) -----------------------------------
+def _secret(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+def _traces(d: DaemonProcess) -> list[dict]:
+    import json
+    return [json.loads(line) for p in Path(d.cfg.trace_dir).glob("*.jsonl") for line in p.read_text().splitlines()]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("protocol", ["async", "bsc"])
+def test_lines_with_secrets_carry_traffic_only_between_ends_that_share_them(tmp_path, protocol):
+    from mccs.testbed.loopback import timers
+    from mccs.testbed.vserial import Lines
+    baud = 115200
+    good = _secret(tmp_path / "good.key", "correct horse battery staple 42")
+    other = _secret(tmp_path / "other.key", "another secret entirely, 123456")
+    cases = {"same": (good, good), "different": (good, other), "one end without": (good, None)}
+    for n, (case, (secret_a, secret_b)) in enumerate(cases.items()):
+        root = tmp_path / f"case{n}"
+        with Lines(str(root / "dev"), ["AA-BB"], baud=baud) as vl:
+            keys = {"protocol": protocol, "baud": baud, **timers(baud)}
+
+            def host(me, peer, role, secret):
+                line = {"peer": peer, "port": vl.port(me, peer), "role": role, **keys}
+                return DaemonProcess(write_config(root, me, [line | ({"secret_file": secret} if secret else {})]))
+            a, b = host("AA", "BB", "primary", secret_a), host("BB", "AA", "secondary", secret_b)
+            with a.start(), b.start():
+                with mccs.connect(a.config, "SND") as snd, mccs.connect(b.config, "RCV") as rcv:
+                    snd.send("BBRCV", b"signed")
+                    got = rcv.recv(timeout=8 if case == "same" else 4)
+                    status = snd.status()
+                    line, waiting = status["lines"][0], status["lists"]["send"]
+        refusals = [t for d in (a, b) for t in _traces(d) if t["type"] == "line" and t["kind"] == "signon_refused"]
+        if case == "same":
+            assert got is not None and got.data == b"signed" and line["state"] == "UP", case
+            assert not refusals
+        else:
+            assert got is None and line["state"] != "UP" and waiting == 1, case  # nothing crossed; it waits
+            assert refusals, f"{case}: no signon_refused traced"
