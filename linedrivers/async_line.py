@@ -11,108 +11,33 @@ Control frames (A, N, B) and data frames are built when the owner asks for bytes
 With a `secret` the sign-on is S (AUTH=nonce) -> T (AUTH=nonce PROOF=...) -> V (PROOF=...), the
 answering end going UP only on a good V, and every D A N B P O of the session carries a trailer
 (counter and MAC, see auth.py) inside the FCS; docs/PROTOCOL.md has the layouts.
+
+Parts: async_frames (the wire and the Deframer), async_states (states and the sign-on table),
+async_signon (sign-on, sign-off and refusals); here the window, acknowledgements and timers.
 """
 from __future__ import annotations
 
 import logging
-import secrets
 from collections import deque
-from dataclasses import dataclass
 
-from .auth import INITIATOR, NONCE_SIZE, RESPONDER, TRAILER_SIZE, FrameAuth, Handshake, new_nonce
-from .crc import le16, x25
-from .events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
-                     PeerRefused)
-from .ids import IdError, check_host_id
+from .async_frames import (OVERHEAD, SEALED, STUFFED, XONXOFF_STUFFED, Deframer, SignOn, encode_frame,
+                           stuff, unstuff)
+from .async_signon import AsyncSignOn
+from .async_states import GIVE_UP, Await, State
+from .auth import TRAILER_SIZE, FrameAuth, Handshake
+from .events import FrameTraced, LineDown, LineEvent, MessageAcked, MessageReceived
+from .ids import check_host_id
 from .image import HEADER_SIZE, ImageError, decode, key_of
+
+__all__ = ["AsyncLine", "SignOn", "encode_frame", "stuff", "unstuff"]  # the wire's names, as before the split
 
 log = logging.getLogger(__name__)
 
-FLAG, ESC = 0x7E, 0x7D
-KINDS = frozenset(b"DANBSTOPV")
-#: With a secret, these carry a MAC trailer once the line is UP (S T V carry the sign-on proofs).
-SEALED = frozenset("DANBPO")
-#: Bytes escaped as ESC, byte ^ 0x20. ESC must come first so its own escapes are not re-escaped.
-STUFFED = (0x7D, 0x7E)
-XONXOFF_STUFFED = STUFFED + (0x11, 0x13, 0x91, 0x93)
-#: Flags (2) + KIND SEQ ACK (3) + FCS (2): the bytes a frame adds to its body, unstuffed.
-OVERHEAD = 7
 #: Added to twice the window's transmit time to get the least reply timeout (DESIGN 4.1).
 REPLY_MARGIN = 0.25  # the peer's commit before its ACK, scheduling, relays
-VERSION = "MCCS/1"
-REFUSED = b"REFUSED"  # body of the O that refuses a sign-on (a plain sign-off has none),
-#: followed, toward a peer that authenticates, by a space and why (the refused end's LineDown says it)
-AUTH_FAILED = "failed authentication (a different secret, or a replayed sign-on)"
-
-#: VERIFYING: with a secret, we answered a sign-on with T and wait for the peer's proof (V).
-DOWN, SIGNING_ON, VERIFYING, UP = "DOWN", "SIGNING_ON", "VERIFYING", "UP"
 
 
-def stuff(data: bytes, special: tuple[int, ...] = STUFFED) -> bytes:
-    """Escape every special byte as ESC, byte ^ 0x20 (one bytes.replace per special byte)."""
-    for b in special:
-        if b in data:
-            data = data.replace(bytes((b,)), bytes((ESC, b ^ 0x20)))
-    return data
-
-
-def unstuff(data: bytes) -> bytes | None:
-    """Undo stuff(); None for an ESC with nothing (or another ESC) after it."""
-    if ESC not in data:
-        return data
-    parts = data.split(b"\x7d")
-    out = [parts[0]]
-    for p in parts[1:]:
-        if not p:
-            return None
-        out.append(bytes((p[0] ^ 0x20,)))
-        out.append(p[1:])
-    return b"".join(out)
-
-
-def encode_frame(kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
-                 special: tuple[int, ...] = STUFFED) -> bytes:
-    """One complete frame with flags, FCS and stuffing."""
-    content = bytes((ord(kind), seq, ack)) + body
-    return b"\x7e" + stuff(content + le16(x25(content)), special) + b"\x7e"
-
-
-@dataclass(frozen=True)
-class SignOn:
-    """The values a sign-on (S) or its reply (T) carries. SESSION (a field added to the
-    DESIGN's three) names one sign-on: T echoes the S it answers, so a late or repeated S or T
-    is told apart from a new one and both ends reset their sequence state exactly once.
-    AUTH (a nonce) and PROOF, hex, only with a secret (docs/PROTOCOL.md)."""
-    host: str
-    window: int
-    maxmsg: int
-    session: str = ""
-    nonce: bytes = b""
-    proof: bytes = b""
-
-    def encode(self) -> bytes:
-        text = f"{VERSION} HOST={self.host} WINDOW={self.window} MAXMSG={self.maxmsg}"
-        text += f" SESSION={self.session}" if self.session else ""
-        text += f" AUTH={self.nonce.hex()}" if self.nonce else ""
-        text += f" PROOF={self.proof.hex()}" if self.proof else ""
-        return text.encode("ascii")
-
-    @classmethod
-    def parse(cls, body: bytes) -> "SignOn | None":
-        """The sign-on in `body`, or None when it is not a valid one (unknown fields are ignored)."""
-        try:
-            version, *tokens = body.decode("ascii").split(" ")
-            fields = dict(t.split("=", 1) for t in tokens if "=" in t)
-            signon = cls(check_host_id(fields["HOST"]), int(fields["WINDOW"]), int(fields["MAXMSG"]),
-                         fields.get("SESSION", ""), bytes.fromhex(fields.get("AUTH", "")),
-                         bytes.fromhex(fields.get("PROOF", "")))
-        except (UnicodeDecodeError, KeyError, ValueError, IdError):
-            return None
-        ok = version == VERSION and 1 <= signon.window <= 127 and 0 <= signon.maxmsg <= 65535
-        return signon if ok and len(signon.nonce) in (0, NONCE_SIZE) else None
-
-
-class AsyncLine:
+class AsyncLine(AsyncSignOn):
     """One end of an async line (DESIGN.md 4.0 interface). See the module docstring."""
 
     def __init__(self, local: str, peer: str, *, window: int = 8, baud: int = 9600,
@@ -133,16 +58,13 @@ class AsyncLine:
              "crc_errors", "garbage", "duplicates", "signons", "rejects_tx", "out_of_window",
              "oversized", "bad_frames", "busy_drops", "ignored", "keepalives", "internal_errors",
              "auth_failures"), 0)
-        self.state = DOWN
+        self.state = State.DOWN
         self._events: list = []
         self._out: list[bytes] = []
         self._now = 0.0
-        # receive side: bytes after the last flag, and whether a flag has been seen since hunting
-        self._rx = bytearray()
-        self._hunting = True
         self.secret = secret
         self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
-        self._max_raw = 2 * (self._overhead + HEADER_SIZE + max(max_message, 64))
+        self._deframer = Deframer(2 * (self._overhead + HEADER_SIZE + max(max_message, 64)), self.counters)
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i
         self._busy = False       # the owner's set_busy(): outlives sign-ons
         self.session = ""        # SESSION of our last S
@@ -169,7 +91,7 @@ class AsyncLine:
         self._ack_pending = False
         self._reject_due = False
         self._rejected_at = None  # _rx_next when the last N went out (one N per gap)
-        self._awaiting = None  # "S", "D" or "P": what the reply timer waits for
+        self._awaiting: Await | None = None  # what the reply timer waits for
         self._reply_at = None
         self._poll_at = None
         self._retries = 0
@@ -186,19 +108,16 @@ class AsyncLine:
     def start(self, now: float) -> None:
         """Sign on: send S and wait for T. Does nothing while UP or already signing on."""
         self._now = now
-        if self.state != DOWN:
+        if self.state is not State.DOWN:
             return
-        self.state = SIGNING_ON
+        self.state = State.SIGNING_ON
         self._reset(self.window, self.max_message)
-        self.session = secrets.token_hex(4)
-        self._nonce = new_nonce() if self.secret is not None else b""
-        self._send_signon("S", self.session)
-        self._await("S")
+        self._sign_on()
 
     def stop(self, now: float) -> None:
         """Sign off: send O and go DOWN, handing back what is held."""
         self._now = now
-        if self.state != DOWN:
+        if self.state is not State.DOWN:
             self._emit("O")
             self._down("stopped")
 
@@ -210,13 +129,13 @@ class AsyncLine:
 
     def room(self) -> int:
         """Images the owner should hand over now: enough for a window in flight and one queued."""
-        return max(0, 2 * self._window - len(self._held)) if self.state == UP else 0
+        return max(0, 2 * self._window - len(self._held)) if self.state is State.UP else 0
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""
         if flag != self._busy:
             self._busy = flag
-            self._ack_pending = self.state == UP
+            self._ack_pending = self.state is State.UP
 
     def confirm(self) -> None:
         """Every MessageReceived returned so far is durable: acknowledge them on the line."""
@@ -230,13 +149,13 @@ class AsyncLine:
         return events
 
     def next_deadline(self) -> float | None:
-        if self.state == DOWN:
+        if self.state is State.DOWN:
             return None
         if self._reply_at is not None:
             return self._reply_at
         if self._poll_at is not None:
             return self._poll_at
-        return self._last_rx + self.keepalive if self.state == UP else None
+        return self._last_rx + self.keepalive if self.state is State.UP else None
 
     def handle_timeout(self, now: float) -> None:
         self._now = now
@@ -249,10 +168,10 @@ class AsyncLine:
             self._poll_at = None
             self.counters["keepalives"] += not self._peer_busy
             self._emit("P")
-            self._await("P")
+            self._await(Await.POLL)
 
     def data_to_send(self) -> bytes:
-        if self.state == UP:
+        if self.state is State.UP:
             self._pump()
             if self._reject_due:
                 self._reject_due, self._rejected_at = False, self._rx_next
@@ -272,23 +191,15 @@ class AsyncLine:
         self._now = now
         data = bytes(data)
         self.counters["bytes_rx"] += len(data)
-        if FLAG not in data:
-            self._rx += data
-            self._check_overrun()
-            return
-        parts = (bytes(self._rx) + data).split(b"\x7e")
-        self._rx = bytearray(parts.pop())
-        if self._hunting:
-            self.counters["garbage"] += len(parts.pop(0))  # bytes before the first flag
-        self._hunting = False
-        self._check_overrun()
-        for raw in parts:
-            if raw:
-                try:
-                    self._frame_in(raw)
-                except Exception:  # a bug must not take the daemon down: count, log, go on
-                    self.counters["internal_errors"] += 1
-                    log.exception("async line %s-%s: frame handling failed", self.local, self.peer)
+        for frame in self._deframer.feed(data):
+            if frame.content is None:
+                self._trace_rx(frame.kind, frame.nbytes, False)
+                continue
+            try:
+                self._frame_in(frame.kind, frame.content, frame.nbytes)
+            except Exception:  # a bug must not take the daemon down: count, log, go on
+                self.counters["internal_errors"] += 1
+                log.exception("async line %s-%s: frame handling failed", self.local, self.peer)
 
     # --- transmit --------------------------------------------------------------------------
     def _emit(self, kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
@@ -303,12 +214,6 @@ class AsyncLine:
         origin, msg_id = key_of(body) if kind == "D" else (None, None)
         self._events.append(FrameTraced("tx", kind, len(frame), True, seq if kind == "D" else None,
                                         origin, msg_id, retransmit))
-
-    def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
-        return SignOn(self.local, self.window, self.max_message, session, nonce, proof).encode()
-
-    def _send_signon(self, kind: str, session: str) -> None:
-        self._emit(kind, body=self._signon_body(session, self._nonce if kind == "S" else b""))
 
     def _pump(self) -> None:
         """Send data frames while the window is open; each carries the newest confirmed ACK."""
@@ -325,11 +230,11 @@ class AsyncLine:
             self._next_i = i + 1
         self._high = max(self._high, self._next_i)
         self._ack_pending = self._busy and self._ack_pending  # the ACK rode along (busy needs B)
-        if self._awaiting != "D":
-            self._await("D")
+        if self._awaiting is not Await.DATA:
+            self._await(Await.DATA)
 
-    def _await(self, what: str | None) -> None:
-        """Start (or stop, with None) the reply timer for S, T (waiting for V), D or P."""
+    def _await(self, what: Await | None) -> None:
+        """Start (or stop, with None) the reply timer."""
         self._awaiting = what
         self._reply_at = None if what is None else self._now + self._timeout()
 
@@ -338,17 +243,17 @@ class AsyncLine:
         self.counters["timeouts"] += 1
         self._events.append(LineEvent("timeout", f"no answer to {what} in {self._timeout():.2f}s"))
         if self._retries >= self.retry_limit:
-            self._down({"S": "no answer", "T": "no answer", "D": "retry limit", "P": "dead line"}[what])
+            self._down(GIVE_UP[what])
             return
         self._retries += 1
         self._events.append(LineEvent("retry", f"{what} retry {self._retries}/{self.retry_limit}"))
-        if what == "D":  # go back: all unacknowledged frames go again at the next data_to_send(),
+        if what is Await.DATA:  # go back: all unacknowledged frames go again at the next data_to_send(),
             self._next_i = 0  # which re-arms the timer
             self._await(None)
             return
-        if what == "S":
+        if what is Await.SIGNON:
             self._send_signon("S", self.session)
-        elif what == "T":
+        elif what is Await.PROOF:
             self._emit("T", body=self._t_body)
         else:
             self._emit("P")
@@ -357,43 +262,17 @@ class AsyncLine:
     def _down(self, reason: str) -> None:
         unacked = list(self._held)
         self._held.clear()
-        self.state = DOWN
+        self.state = State.DOWN
         self._reset(self.window, self.max_message)
         self._hs, self._t_body, self._v_body = None, b"", b""
         self._events.append(LineDown(reason, unacked))
 
     # --- receive ---------------------------------------------------------------------------
-    def _check_overrun(self) -> None:
-        """More bytes than any frame may have and no flag: drop them and hunt for a flag."""
-        if len(self._rx) > self._max_raw:
-            self.counters["garbage"] += len(self._rx)
-            self._rx.clear()
-            self._hunting = True
-
-    def _frame_in(self, raw: bytes) -> None:
-        """One flag-delimited chunk: check it and hand it to its kind's handler."""
-        nbytes = len(raw) + 2
-        if len(raw) > self._max_raw:
-            self.counters["oversized"] += 1
-            self._trace_rx("?", nbytes, False)
-            return
-        content = unstuff(raw)
-        if content is None or len(content) < 5:  # a fragment (noise made or hid a flag)
-            self.counters["garbage"] += len(raw)
-            self._trace_rx("?", nbytes, False)
-            return
-        kind = chr(content[0])
-        if x25(content[:-2]) != int.from_bytes(content[-2:], "little"):
-            self.counters["crc_errors"] += 1
-            self._trace_rx(kind if content[0] in KINDS else "?", nbytes, False)
-            return
-        if content[0] not in KINDS:
-            self.counters["bad_frames"] += 1
-            self._trace_rx("?", nbytes, False)
-            return
-        seq, ack, body = content[1], content[2], content[3:-2]
+    def _frame_in(self, kind: str, content: bytes, nbytes: int) -> None:
+        """One frame whose FCS held (`content`: KIND SEQ ACK body): to its kind's handler."""
+        seq, ack, body = content[1], content[2], content[3:]
         if self._auth is not None and kind in SEALED:
-            head, trailer = content[:-2 - TRAILER_SIZE], content[-2 - TRAILER_SIZE:-2]
+            head, trailer = content[:-TRAILER_SIZE], content[-TRAILER_SIZE:]
             if len(head) < 3 or not self._auth.check(head, trailer):  # forged, replayed or stale
                 self.counters["auth_failures"] += 1
                 self._trace_rx(kind, nbytes, False)
@@ -408,7 +287,7 @@ class AsyncLine:
             self._signon_in(kind, body)
         elif kind == "O":
             self._signoff_in(body)
-        elif self.state != UP:
+        elif self.state is not State.UP:
             self.counters["ignored"] += 1
         else:
             self._heard()
@@ -425,7 +304,7 @@ class AsyncLine:
     def _heard(self) -> None:
         """A good frame from the signed-on peer: the line is alive (answers a P)."""
         self._last_rx = self._now
-        if self._awaiting == "P":
+        if self._awaiting is Await.POLL:
             self._await(None)
             self._retries = 0
             if self._peer_busy:  # still busy unless this frame says otherwise: poll again later
@@ -445,7 +324,7 @@ class AsyncLine:
             self._high -= n
             self._rej_for = None
             self._retries = 0
-            self._await("D" if self._next_i and not self._peer_busy else None)
+            self._await(Await.DATA if self._next_i and not self._peer_busy else None)
         if kind == "B":
             self._peer_busy = True
             self._retries = 0
@@ -467,7 +346,7 @@ class AsyncLine:
         self._await(None)
 
     def _data_in(self, seq: int, ack: int, body: bytes, nbytes: int) -> None:
-        if self.state != UP:
+        if self.state is not State.UP:
             self.counters["ignored"] += 1
             self._trace_rx("D", nbytes, True, seq, body)
             return
@@ -510,101 +389,3 @@ class AsyncLine:
             return
         self._queued = self._rx_next
         self._events.append(MessageReceived(body))
-
-    def _signon_in(self, kind: str, body: bytes) -> None:
-        signon = SignOn.parse(body)
-        if signon is None:
-            self.counters["bad_frames"] += 1
-            return
-        if kind == "V":
-            self._proof_in(signon)
-            return
-        if kind == "T" and (self.state != SIGNING_ON or signon.session != self.session):
-            if self._v_body and self.state == UP and signon.session == self.session:
-                self._emit("V", body=self._v_body)  # the peer repeats its T: our V was lost
-            else:
-                self.counters["ignored"] += 1  # a late or repeated reply
-            return
-        if signon.host != self.peer:
-            self._refuse(signon.host, "", kind, "wrong peer")
-        elif self.secret is not None and not signon.nonce:
-            self._refuse(signon.host, "signed on without authentication, but this line has a secret",
-                         kind, "no authentication")  # plain REFUSED: the peer may predate authentication
-        elif self.secret is None and signon.nonce:
-            self._refuse(signon.host, "asks for authentication, but this line has no secret",
-                         kind, "no secret", "peer has no secret")
-        elif self.secret is not None:
-            (self._answer if kind == "S" else self._answered)(signon)
-        elif kind == "S" and self.state == UP and signon.session and signon.session == self._peer_session:
-            self._send_signon("T", signon.session)  # the peer repeated the S we answered: our T
-        else:                                        # was lost or late; nothing was acknowledged yet
-            if self.state == UP:
-                self._down("peer restarted")
-            self._go_up(signon, reply=("T", self._signon_body(signon.session)) if kind == "S" else None)
-
-    def _go_up(self, signon: SignOn, hs: Handshake | None = None,
-               reply: tuple[str, bytes] | None = None) -> None:
-        """The sign-on `signon` is in force: fresh sequence state, the reply (T or V), LineUp."""
-        self.state = UP
-        self._peer_session = signon.session
-        self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
-        self._auth = hs.frames(self.local) if hs is not None else None
-        if reply:
-            self._emit(reply[0], body=reply[1])
-        self.counters["signons"] += 1
-        self._events.append(LineUp(self.peer))
-
-    def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
-        """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours
-        under way (a T or V refused) goes DOWN with `down`."""
-        self._emit("O", body=REFUSED + (b" " + note.encode("ascii") if note else b""), seal=False)
-        self._events.append(PeerRefused(host, why))
-        if kind != "S":
-            self._down(down)
-
-    def _answer(self, signon: SignOn) -> None:
-        """With a secret: answer an S with T (our nonce and proof) and wait VERIFYING for V."""
-        if self.state == SIGNING_ON and self.local > signon.host:
-            self.counters["ignored"] += 1  # both signing on: the end with the lower host id answers
-            return
-        if self._t_body and signon.session == self._peer_session:
-            self._emit("T", body=self._t_body)  # the peer repeated its S: our T was lost or late
-            return
-        if self.state == UP:
-            self._down("peer restarted")
-        self.state, self.session, self._peer_session = VERIFYING, "", signon.session
-        self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
-        self._hs = hs = Handshake(self.secret, signon.host, self.local, signon.nonce, new_nonce())
-        self._t_body = self._signon_body(signon.session, hs.responder_nonce, hs.proof(RESPONDER))
-        self._emit("T", body=self._t_body)
-        self._await("T")
-
-    def _answered(self, signon: SignOn) -> None:
-        """With a secret: the T to our S. A good proof takes us UP, proving ourselves with V."""
-        hs = Handshake(self.secret, self.local, signon.host, self._nonce, signon.nonce)
-        if not hs.verify(RESPONDER, signon.proof):
-            self._refuse(signon.host, AUTH_FAILED, "T", "authentication failed", "authentication failed")
-            return
-        self._v_body = self._signon_body(signon.session, proof=hs.proof(INITIATOR))
-        self._go_up(signon, hs, ("V", self._v_body))
-
-    def _proof_in(self, signon: SignOn) -> None:
-        """V: the proof of the end whose S we answered."""
-        if self.state != VERIFYING or signon.session != self._peer_session or signon.host != self.peer:
-            self.counters["ignored"] += 1
-        elif self._hs.verify(INITIATOR, signon.proof):
-            self._go_up(signon, self._hs)
-        else:
-            self._refuse(signon.host, AUTH_FAILED, "V", "authentication failed", "authentication failed")
-
-    def _signoff_in(self, body: bytes) -> None:
-        refused = body == REFUSED or body.startswith(REFUSED + b" ")
-        why = "refused"
-        if len(body) > len(REFUSED) + 1:  # the refusing end's note, shown as it came (printable, short)
-            why += ": " + "".join(c if c.isprintable() else "?" for c in body[8:72].decode("ascii", "replace"))
-        if self.state == UP:
-            self._down(why if refused else "peer signed off")
-        elif self.state in (SIGNING_ON, VERIFYING) and refused:
-            self._down(why)
-        else:
-            self.counters["ignored"] += 1

@@ -16,7 +16,6 @@ above the last accepted one any more. No encryption: frames stay readable on the
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field, replace

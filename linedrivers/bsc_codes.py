@@ -104,8 +104,9 @@ class CodeSet:
         doubled; BCC = CRC-16 over the text and the ending, low byte first."""
         end = self.etx if last else self.etb
         bcc = crc16(bytes([end]), crc16(text))
-        return (bytes([self.syn, self.syn, self.dle, self.stx]) + text.replace(bytes([self.dle]), bytes([self.dle, self.dle]))
-                + bytes([self.dle, end]) + le16(bcc) + bytes([PAD]))
+        head = bytes([self.syn, self.syn, self.dle, self.stx])
+        tail = bytes([self.dle, end]) + le16(bcc) + bytes([PAD])
+        return head + text.replace(bytes([self.dle]), bytes([self.dle, self.dle])) + tail
 
     def blocks(self, image: bytes, block_size: int) -> list[bytes]:
         """The transparent text blocks of one message (texts() and block())."""

@@ -310,8 +310,8 @@ def test_ttd_when_nothing_is_ready_then_eot_then_either_side_bids():
 
 
 def test_rvi_ends_the_transmission_and_gives_the_line_over(monkeypatch):
-    from linedrivers import bsc_line
-    monkeypatch.setattr(bsc_line, "RVI_AFTER", 2)
+    from linedrivers import bsc_receiver
+    monkeypatch.setattr(bsc_receiver, "RVI_AFTER", 2)
     d = Duo().signed_on()
     for n in range(4):
         d.m["a"].send(img("AA", n))

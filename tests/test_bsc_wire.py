@@ -159,8 +159,8 @@ def test_wack_when_busy(code):
 
 @pytest.mark.parametrize("code", CODES)
 def test_rvi_eot_and_sign_off(code, monkeypatch):
-    from linedrivers import bsc_line
-    monkeypatch.setattr(bsc_line, "RVI_AFTER", 1)
+    from linedrivers import bsc_receiver
+    monkeypatch.setattr(bsc_receiver, "RVI_AFTER", 1)
     t = TABLE[code]
     m = signed_on_receiver(code)
     m.send(encode("AAQ", "BBP", 1, 0, b"mine"))  # BB has a message of its own

@@ -1,0 +1,149 @@
+"""The async protocol's wire (DESIGN.md 4.1): frames, byte stuffing, the sign-on body, and
+the Deframer that cuts the received byte stream into checked frames.
+
+A frame is `7E | KIND | SEQ | ACK | body | FCS | 7E`, byte-stuffed, FCS = CRC-16/X-25 over KIND..body,
+low byte first. On a line with a secret the body of D A N B P O ends with an authentication
+trailer (auth.py, docs/PROTOCOL.md); to this module it is part of the body.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .auth import NONCE_SIZE
+from .crc import le16, x25
+from .ids import IdError, check_host_id
+
+FLAG, ESC = 0x7E, 0x7D
+KINDS = frozenset(b"DANBSTOPV")
+#: With a secret, these carry a MAC trailer once the line is UP (S T V carry the sign-on proofs).
+SEALED = frozenset("DANBPO")
+#: Bytes escaped as ESC, byte ^ 0x20. ESC must come first so its own escapes are not re-escaped.
+STUFFED = (0x7D, 0x7E)
+XONXOFF_STUFFED = STUFFED + (0x11, 0x13, 0x91, 0x93)
+#: Flags (2) + KIND SEQ ACK (3) + FCS (2): the bytes a frame adds to its body, unstuffed.
+OVERHEAD = 7
+VERSION = "MCCS/1"
+#: The body of the O that refuses a sign-on (a plain sign-off has none); toward a peer that
+#: authenticates, a space and why follow (the refused end's LineDown shows them).
+REFUSED = b"REFUSED"
+
+
+def stuff(data: bytes, special: tuple[int, ...] = STUFFED) -> bytes:
+    """Escape every special byte as ESC, byte ^ 0x20 (one bytes.replace per special byte)."""
+    for b in special:
+        if b in data:
+            data = data.replace(bytes((b,)), bytes((ESC, b ^ 0x20)))
+    return data
+
+
+def unstuff(data: bytes) -> bytes | None:
+    """Undo stuff(); None for an ESC with nothing (or another ESC) after it."""
+    if ESC not in data:
+        return data
+    parts = data.split(b"\x7d")
+    out = [parts[0]]
+    for p in parts[1:]:
+        if not p:
+            return None
+        out.append(bytes((p[0] ^ 0x20,)))
+        out.append(p[1:])
+    return b"".join(out)
+
+
+def encode_frame(kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
+                 special: tuple[int, ...] = STUFFED) -> bytes:
+    """One complete frame with flags, FCS and stuffing."""
+    content = bytes((ord(kind), seq, ack)) + body
+    return b"\x7e" + stuff(content + le16(x25(content)), special) + b"\x7e"
+
+
+@dataclass(frozen=True)
+class SignOn:
+    """The values a sign-on (S), its reply (T) or, with a secret, the proof (V) carries. SESSION
+    (a field added to the DESIGN's three) names one sign-on: T echoes the S it answers, so a late
+    or repeated S or T is told apart from a new one and both ends reset their sequence state once.
+    AUTH (a nonce) and PROOF, hex, only with a secret (docs/PROTOCOL.md)."""
+    host: str
+    window: int
+    maxmsg: int
+    session: str = ""
+    nonce: bytes = b""
+    proof: bytes = b""
+
+    def encode(self) -> bytes:
+        text = f"{VERSION} HOST={self.host} WINDOW={self.window} MAXMSG={self.maxmsg}"
+        text += f" SESSION={self.session}" if self.session else ""
+        text += f" AUTH={self.nonce.hex()}" if self.nonce else ""
+        text += f" PROOF={self.proof.hex()}" if self.proof else ""
+        return text.encode("ascii")
+
+    @classmethod
+    def parse(cls, body: bytes) -> "SignOn | None":
+        """The sign-on in `body`, or None when it is not a valid one (unknown fields are ignored)."""
+        try:
+            version, *tokens = body.decode("ascii").split(" ")
+            fields = dict(t.split("=", 1) for t in tokens if "=" in t)
+            signon = cls(check_host_id(fields["HOST"]), int(fields["WINDOW"]), int(fields["MAXMSG"]),
+                         fields.get("SESSION", ""), bytes.fromhex(fields.get("AUTH", "")),
+                         bytes.fromhex(fields.get("PROOF", "")))
+        except (UnicodeDecodeError, KeyError, ValueError, IdError):
+            return None
+        ok = version == VERSION and 1 <= signon.window <= 127 and 0 <= signon.maxmsg <= 65535
+        return signon if ok and len(signon.nonce) in (0, NONCE_SIZE) else None
+
+
+class RxFrame(NamedTuple):
+    """One flag-delimited chunk as received: `content` is KIND SEQ ACK body (FCS checked and
+    taken off), or None for a chunk dropped and counted (traced as `kind`, "?" when unknown)."""
+    kind: str
+    nbytes: int  # on the wire, flags included
+    content: bytes | None
+
+
+class Deframer:
+    """Hunts for flags, unstuffs and checks frames; never raises. Bad input is counted in
+    `counters` (the machine's dict): garbage, oversized, crc_errors, bad_frames."""
+
+    def __init__(self, max_raw: int, counters: dict):
+        self.max_raw, self.counters = max_raw, counters
+        self._rx = bytearray()  # bytes after the last flag
+        self._hunting = True    # no flag seen since the last overrun (or ever)
+
+    def feed(self, data: bytes) -> list[RxFrame]:
+        """Take received bytes; return the frames they complete, oldest first."""
+        if FLAG not in data:
+            self._rx += data
+            self._check_overrun()
+            return []
+        parts = (bytes(self._rx) + data).split(b"\x7e")
+        self._rx = bytearray(parts.pop())
+        if self._hunting:
+            self.counters["garbage"] += len(parts.pop(0))  # bytes before the first flag
+        self._hunting = False
+        self._check_overrun()
+        return [self._check(raw) for raw in parts if raw]
+
+    def _check_overrun(self) -> None:
+        """More bytes than any frame may have and no flag: drop them and hunt for a flag."""
+        if len(self._rx) > self.max_raw:
+            self.counters["garbage"] += len(self._rx)
+            self._rx.clear()
+            self._hunting = True
+
+    def _check(self, raw: bytes) -> RxFrame:
+        nbytes = len(raw) + 2
+        if len(raw) > self.max_raw:
+            self.counters["oversized"] += 1
+            return RxFrame("?", nbytes, None)
+        content = unstuff(raw)
+        if content is None or len(content) < 5:  # a fragment (noise made or hid a flag)
+            self.counters["garbage"] += len(raw)
+            return RxFrame("?", nbytes, None)
+        if x25(content[:-2]) != int.from_bytes(content[-2:], "little"):
+            self.counters["crc_errors"] += 1
+            return RxFrame(chr(content[0]) if content[0] in KINDS else "?", nbytes, None)
+        if content[0] not in KINDS:
+            self.counters["bad_frames"] += 1
+            return RxFrame("?", nbytes, None)
+        return RxFrame(chr(content[0]), nbytes, content[:-2])

@@ -1,0 +1,128 @@
+"""Signing on an async line (DESIGN.md 4.1; with a secret, docs/PROTOCOL.md): S, T and, with
+a secret, V; refusals with O. A part of AsyncLine (a mixin); async_states has the table.
+"""
+from __future__ import annotations
+
+import secrets
+
+from .async_frames import REFUSED, SignOn
+from .async_states import Await, State
+from .auth import INITIATOR, RESPONDER, Handshake, new_nonce
+from .events import LineUp, PeerRefused
+
+AUTH_FAILED = "failed authentication (a different secret, or a replayed sign-on)"
+
+
+class AsyncSignOn:
+    """Sign-on and sign-off frames; the rest of the machine is AsyncLine's."""
+
+    def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
+        return SignOn(self.local, self.window, self.max_message, session, nonce, proof).encode()
+
+    def _send_signon(self, kind: str, session: str) -> None:
+        self._emit(kind, body=self._signon_body(session, self._nonce if kind == "S" else b""))
+
+    def _sign_on(self) -> None:
+        """Send S with a fresh SESSION (with a secret, a fresh nonce too) and wait for T."""
+        self.session = secrets.token_hex(4)
+        self._nonce = new_nonce() if self.secret is not None else b""
+        self._send_signon("S", self.session)
+        self._await(Await.SIGNON)
+
+    def _signon_in(self, kind: str, body: bytes) -> None:
+        signon = SignOn.parse(body)
+        if signon is None:
+            self.counters["bad_frames"] += 1
+            return
+        if kind == "V":
+            self._proof_in(signon)
+            return
+        if kind == "T" and (self.state is not State.SIGNING_ON or signon.session != self.session):
+            if self._v_body and self.state is State.UP and signon.session == self.session:
+                self._emit("V", body=self._v_body)  # the peer repeats its T: our V was lost
+            else:
+                self.counters["ignored"] += 1  # a late or repeated reply
+            return
+        if signon.host != self.peer:
+            self._refuse(signon.host, "", kind, "wrong peer")
+        elif self.secret is not None and not signon.nonce:
+            self._refuse(signon.host, "signed on without authentication, but this line has a secret",
+                         kind, "no authentication")  # plain REFUSED: the peer may predate authentication
+        elif self.secret is None and signon.nonce:
+            self._refuse(signon.host, "asks for authentication, but this line has no secret",
+                         kind, "no secret", "peer has no secret")
+        elif self.secret is not None:
+            (self._answer if kind == "S" else self._answered)(signon)
+        elif kind == "S" and self.state is State.UP and signon.session and signon.session == self._peer_session:
+            self._send_signon("T", signon.session)  # the peer repeated the S we answered: our T
+        else:                                        # was lost or late; nothing was acknowledged yet
+            if self.state is State.UP:
+                self._down("peer restarted")
+            self._go_up(signon, reply=("T", self._signon_body(signon.session)) if kind == "S" else None)
+
+    def _go_up(self, signon: SignOn, hs: Handshake | None = None,
+               reply: tuple[str, bytes] | None = None) -> None:
+        """The sign-on `signon` is in force: fresh sequence state, the reply (T or V), LineUp."""
+        self.state = State.UP
+        self._peer_session = signon.session
+        self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
+        self._auth = hs.frames(self.local) if hs is not None else None
+        if reply:
+            self._emit(reply[0], body=reply[1])
+        self.counters["signons"] += 1
+        self._events.append(LineUp(self.peer))
+
+    def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
+        """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours
+        under way (a T or V refused) goes DOWN with `down`."""
+        self._emit("O", body=REFUSED + (b" " + note.encode("ascii") if note else b""), seal=False)
+        self._events.append(PeerRefused(host, why))
+        if kind != "S":
+            self._down(down)
+
+    def _answer(self, signon: SignOn) -> None:
+        """With a secret: answer an S with T (our nonce and proof) and wait VERIFYING for V."""
+        if self.state is State.SIGNING_ON and self.local > signon.host:
+            self.counters["ignored"] += 1  # both signing on: the end with the lower host id answers
+            return
+        if self._t_body and signon.session == self._peer_session:
+            self._emit("T", body=self._t_body)  # the peer repeated its S: our T was lost or late
+            return
+        if self.state is State.UP:
+            self._down("peer restarted")
+        self.state, self.session, self._peer_session = State.VERIFYING, "", signon.session
+        self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
+        self._hs = hs = Handshake(self.secret, signon.host, self.local, signon.nonce, new_nonce())
+        self._t_body = self._signon_body(signon.session, hs.responder_nonce, hs.proof(RESPONDER))
+        self._emit("T", body=self._t_body)
+        self._await(Await.PROOF)
+
+    def _answered(self, signon: SignOn) -> None:
+        """With a secret: the T to our S. A good proof takes us UP, proving ourselves with V."""
+        hs = Handshake(self.secret, self.local, signon.host, self._nonce, signon.nonce)
+        if not hs.verify(RESPONDER, signon.proof):
+            self._refuse(signon.host, AUTH_FAILED, "T", "authentication failed", "authentication failed")
+            return
+        self._v_body = self._signon_body(signon.session, proof=hs.proof(INITIATOR))
+        self._go_up(signon, hs, ("V", self._v_body))
+
+    def _proof_in(self, signon: SignOn) -> None:
+        """V: the proof of the end whose S we answered."""
+        if self.state is not State.VERIFYING or signon.session != self._peer_session or signon.host != self.peer:
+            self.counters["ignored"] += 1
+        elif self._hs.verify(INITIATOR, signon.proof):
+            self._go_up(signon, self._hs)
+        else:
+            self._refuse(signon.host, AUTH_FAILED, "V", "authentication failed", "authentication failed")
+
+    def _signoff_in(self, body: bytes) -> None:
+        refused = body == REFUSED or body.startswith(REFUSED + b" ")
+        why = "refused"
+        if len(body) > len(REFUSED) + 1:  # the refusing end's note, shown as it came (printable, short)
+            why += ": " + "".join(c if c.isprintable() else "?" for c in body[8:72].decode("ascii", "replace"))
+        if self.state is State.UP:
+            self._down(why if refused else "peer signed off")
+        elif self.state in (State.SIGNING_ON, State.VERIFYING) and refused:
+            self._down(why)
+        else:
+            self.counters["ignored"] += 1

@@ -1,0 +1,229 @@
+"""The sending side of a BSC station: bidding for the line and transmitting blocks (DESIGN.md
+4.2). A part of BscLine (a mixin): it uses the machine's output (_tx, _retry, _events) and
+queue. Which answer does what in which phase is the data of bsc_states; here are the handlers.
+"""
+from __future__ import annotations
+
+from .bsc_states import ON_BID_REPLY, ON_REPLY, ON_TIMER, Phase, Reply, State
+from .events import MessageAcked
+
+ACK = ("ACK0", "ACK1")
+
+
+class BscSender:
+    """Bidding and transmitting; see bsc_states for the tables."""
+
+    def _reset_sender(self) -> None:
+        self._phase: Phase | None = None  # in BID and XMIT: what we wait for
+        self._heard: str | None = None    # phase ENQ: the positive answer heard once
+        self._deadline: float | None = None
+        self._retries = 0
+        self._frames: list[tuple[bytes, bool]] | None = None  # texts of the head image's blocks while it is sent
+        self._block = 0          # which of them is in flight
+        self._sent_max = -1      # the highest block of the head image sent so far
+        self._parity = 1         # ACK1 or ACK0 expected for the block in flight
+        self._sent = 0           # blocks sent in this transmission
+        self._rvi = False        # the peer asked for the line: EOT after this message
+        self._holdoff = 0.0      # after RVI, leave the next bid to the peer until then
+
+    # --- bidding --------------------------------------------------------------------------
+    def _bid(self, now: float) -> None:
+        self.counters["bids"] += 1
+        self._state, self._phase = State.BID, Phase.BID
+        self._expect_reply(now, self._tx("ENQ"))
+
+    def _on_bid_reply(self, kind: str, now: float) -> None:
+        handler = ON_BID_REPLY.get(self._phase, {}).get(kind)
+        if handler:
+            getattr(self, handler)(kind, now)
+
+    def _bids_crossed(self, kind: str, now: float) -> None:
+        # Both bid: the secondary yields and answers; the primary bids again after its shorter timeout.
+        self.counters["collisions"] += 1
+        if not self.primary:
+            self._yield(kind, now)
+
+    def _yield(self, kind: str, now: float) -> None:
+        # Also a primary that is only pausing before its next bid (its last one was answered WACK or NAK).
+        self._reset_sender()
+        self._state = State.CONTROL
+        self._answer_bid()
+
+    def _bid_accepted(self, kind: str, now: float) -> None:
+        self._begin_transmission(now)
+
+    def _bid_naked(self, kind: str, now: float) -> None:
+        if self._retry("bid answered NAK"):
+            self._bid_deferred(kind, now)
+
+    def _bid_deferred(self, kind: str, now: float) -> None:
+        self._phase, self._deadline = Phase.PAUSE, now + self.pause
+
+    def _peer_still_receiving(self, kind: str, now: float) -> None:
+        # The peer still answers blocks: it missed our EOT. Send it again and bid anew.
+        if self._retry(f"bid answered {kind}: peer still receiving"):
+            self._tx("EOT")
+            self._bid(now)
+
+    # --- transmitting ---------------------------------------------------------------------
+    def _begin_transmission(self, now: float, parity: int = 1) -> None:
+        """We hold the line: the first block is answered ACK1 (ACK0 answered the bid), or ACK0
+        when the proof block took the ACK1."""
+        self._state, self._phase = State.XMIT, None
+        self._parity, self._sent, self._retries, self._rvi = parity, 0, 0, False
+        self._deadline = None
+        self._next(now)
+
+    def _next(self, now: float) -> None:
+        """Send the next block, or hold the line for more, or end the transmission."""
+        if self._frames is None:
+            if self._rvi:
+                self._finish(now, holdoff=True)
+                return
+            if not self._queue:
+                if self._sent:  # more may be handed over any moment: hold the line for it
+                    self._phase, self._deadline = Phase.HOLD, now + self.ttd_timeout
+                else:
+                    self._finish(now)
+                return
+            self._frames, self._block = self.cs.texts(self._queue[0], self.block_size), 0
+        self._send_block(now)
+
+    def _send_block(self, now: float) -> None:
+        text, last = self._frames[self._block]
+        if self.secret is not None:  # each transmission its own counter, so it is built each time
+            text += self._seal(bytes([self.cs.etx if last else self.cs.etb]) + text)
+        again = self._block <= self._sent_max
+        if again:
+            self.counters["retransmissions"] += 1
+        self._sent_max = max(self._sent_max, self._block)
+        sent = self._tx("", self.cs.block(text, last), trace="ETX" if last else "ETB", image=self._queue[0],
+                        retransmit=again)
+        self._sent += 1
+        self._phase, self._heard = Phase.REPLY, None
+        self._expect_reply(now, sent)
+
+    def _finish(self, now: float, holdoff: bool = False) -> None:
+        self._tx("EOT")
+        self._state, self._phase, self._deadline = State.CONTROL, None, None
+        self._holdoff = now + self.reply_timeout if holdoff else 0.0
+
+    def _enq(self, now: float) -> None:
+        self.counters["enqs"] += 1
+        self._expect_reply(now, self._tx("ENQ"))
+
+    def _end_transmission(self) -> None:
+        self._state, self._phase, self._deadline = State.CONTROL, None, None
+        self._frames = None
+
+    # --- answers to blocks ----------------------------------------------------------------
+    def _on_reply(self, kind: str, now: float) -> None:
+        phase = self._phase
+        reply = (Reply.ACK if kind == ACK[self._parity] else Reply.OLD_ACK) if kind in ACK else \
+            Reply(kind) if kind in ("RVI", "WACK", "NAK", "EOT") else None
+        if phase is Phase.ENQ and kind == "ACK0" and reply is Reply.ACK:
+            # ACK0 is also the answer to a bid: a receiver that took our ENQ for EOT (one bit in
+            # ASCII) answers the next ENQ so. End the transmission and send the message again
+            # in a new one (kick() bids at once): a receiver that has it already answers it
+            # without reporting it twice.
+            if self._retry("ACK0 to ENQ is ambiguous"):
+                self._tx("EOT")
+                self._end_transmission()
+            return
+        if phase is Phase.ENQ and reply in (Reply.ACK, Reply.RVI, Reply.WACK) and kind != self._heard:
+            # A positive answer to ENQ is taken only when heard twice running: one bit turns
+            # the ASCII ACK0 into ACK1, and the previous ACK read as this one would lose the block.
+            if self._heard is None or self._retry("answers to ENQ differ"):
+                self._heard = kind
+                self._enq(now)
+            return
+        handler = ON_REPLY.get(phase, {}).get(reply)
+        if handler:
+            getattr(self, handler)(kind, now)
+
+    def _acked(self, kind: str, now: float, wack: bool = False) -> None:
+        self._retries = 0
+        self._parity ^= 1
+        self._block += 1
+        if self._block == len(self._frames):
+            self._frames, self._sent_max = None, -1
+            self._events.append(MessageAcked(self._queue.popleft()))
+        if wack:
+            self._phase, self._deadline = Phase.WACK, now + self.pause
+        else:
+            self._next(now)
+
+    def _acked_rvi(self, kind: str, now: float) -> None:
+        self._rvi = True
+        self._acked(kind, now)
+
+    def _acked_wack(self, kind: str, now: float) -> None:
+        self._acked(kind, now, wack=True)
+
+    def _naked(self, kind: str, now: float) -> None:
+        self.counters["naks"] += 1
+        if self._retry("block answered NAK"):
+            self._send_block(now)
+
+    def _ask_again(self, kind: str, now: float) -> None:
+        # The previous block's ACK: ask again, and if it stays (_block_lost), send the block again.
+        if self._retry("wrong ACK"):
+            self._phase = Phase.ENQ
+            self._enq(now)
+
+    def _block_lost(self, kind: str, now: float) -> None:
+        if self._retry("block lost"):
+            self._send_block(now)
+
+    def _receiver_ended(self, kind: str, now: float) -> None:
+        self._end_transmission()  # the receiver ended the transmission: the message goes again whole
+
+    def _wack_cleared(self, kind: str, now: float) -> None:
+        self._retries = 0
+        self._next(now)
+
+    def _wacked_again(self, kind: str, now: float) -> None:
+        self._phase, self._deadline = Phase.WACK, now + self.pause
+
+    def _ttd_answered(self, kind: str, now: float) -> None:
+        self._retries = 0
+        if self._queue:
+            self._next(now)
+        else:
+            self._finish(now)
+
+    # --- timers ---------------------------------------------------------------------------
+    def _on_timer(self, now: float) -> None:
+        if self._state is State.SIGNON:
+            self._signon_overdue(now)
+        elif self._state in (State.BID, State.XMIT) and self._phase in ON_TIMER:
+            getattr(self, ON_TIMER[self._phase])(now)
+
+    def _bid_unanswered(self, now: float) -> None:
+        self._timeout("no answer to bid")
+        if self._retry("bid again"):
+            self._bid(now)
+
+    def _hold_over(self, now: float) -> None:
+        if self._queue:
+            self._next(now)
+            return
+        self.counters["ttds"] += 1
+        self._phase = Phase.TTD
+        self._expect_reply(now, self._tx("TTD"))
+
+    def _ttd_unanswered(self, now: float) -> None:
+        self._timeout("no answer to TTD")
+        self._finish(now)
+
+    def _wack_over(self, now: float) -> None:
+        self._phase = Phase.WACKENQ
+        self._enq(now)
+
+    def _reply_overdue(self, now: float) -> None:
+        """REPLY, ENQ, WACKENQ: ask for the answer again."""
+        self._timeout(f"no answer ({self._phase})")
+        if self._retry("ENQ for the reply"):
+            if self._phase is Phase.REPLY:
+                self._phase = Phase.ENQ
+            self._enq(now)
