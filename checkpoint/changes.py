@@ -18,9 +18,12 @@ class Table(StrEnum):
     SEND_DONE = "send_done"
     DUP_WINDOW = "dup_window"  # (origin, MSG_ID) keys received here: duplicates are dropped
     SENT_WINDOW = "sent_window"  # (destination host, MSG_ID) keys sent from here: never reused too soon
+    KNOWN_HOSTS = "known_hosts"  # every host ever learned by routing: a SEND to it is accepted and waits
+    PAIR_OUT = "pair_out"  # per destination host: the next end-to-end sequence number of this origin
+    PAIR_IN = "pair_in"  # per origin host: its epoch and the next end-to-end sequence number expected
 
 
-MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts")
+MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Row:
     user_id: int
     data: bytes
     ts: float
+    hops: int = 0  # lines crossed so far (routed messages)
+    pseq: int = 0  # end-to-end sequence number of (origin, destination); 0: none yet
+    epoch: str = ""  # the origin checkpoint's epoch, with pseq
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,14 @@ class Change:
 
 
 def add_block(table: Table, row: Row) -> Change:
-    return Change(f"INSERT INTO {table} ({', '.join(MSGBLOK_COLUMNS)}) VALUES (?,?,?,?,?,?,?)",
-                  (row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts))
+    return Change(f"INSERT INTO {table} ({', '.join(MSGBLOK_COLUMNS)}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                  (row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts, row.hops, row.pseq,
+                   row.epoch))
+
+
+def set_pseq(table: Table, seq: int, pseq: int, epoch: str) -> Change:
+    """A block's end-to-end number, given when it first leaves on a routing line."""
+    return Change(f"UPDATE {table} SET pseq = ?, epoch = ? WHERE seq = ?", (pseq, epoch, seq))
 
 
 def delete_block(table: Table, seq: int) -> Change:
@@ -92,3 +104,16 @@ def add_key(table: Table, host: str, msg_id: int, seq: int) -> Change:
 
 def delete_key(table: Table, host: str, msg_id: int) -> Change:
     return Change(f"DELETE FROM {table} WHERE host = ? AND msg_id = ?", (host, msg_id))
+
+
+def add_known_host(host: str) -> Change:
+    return Change(f"INSERT OR IGNORE INTO {Table.KNOWN_HOSTS} (host) VALUES (?)", (host,))
+
+
+def set_pair_out(dest: str, next_pseq: int) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.PAIR_OUT} (dest, next) VALUES (?, ?)", (dest, next_pseq))
+
+
+def set_pair_in(origin: str, epoch: str, expect: int) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.PAIR_IN} (origin, epoch, expect) VALUES (?, ?, ?)",
+                  (origin, epoch, expect))

@@ -15,14 +15,17 @@ import os
 import secrets
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlite_utils
 
 from .changes import MSGBLOK_COLUMNS, Change, PendingSend, Row, Table
 
-SCHEMA_VERSION = 2
+MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes,
+                  "ts": float, "hops": int, "pseq": int, "epoch": str}
+
+SCHEMA_VERSION = 3
 SIDE_FILES = ("-wal", "-shm")
 
 
@@ -45,6 +48,9 @@ class Restored:
     dup_keys: list[tuple[str, int]]  # (origin, MSG_ID) received, oldest first
     sent_keys: list[tuple[str, int]]  # (destination host, MSG_ID) sent, oldest first
     epoch: str
+    known_hosts: list[str] = field(default_factory=list)
+    pairs_out: dict[str, int] = field(default_factory=dict)  # destination host -> next pseq
+    pairs_in: dict[str, tuple[str, int]] = field(default_factory=dict)  # origin host -> (epoch, expected pseq)
 
 
 class Checkpoint:
@@ -126,34 +132,43 @@ class Checkpoint:
 
     def _create(self, conn: sqlite3.Connection) -> None:
         db = sqlite_utils.Database(conn)
-        msgblok = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes, "ts": float}
         with conn:
             conn.execute("BEGIN")
             db[Table.META].create({"key": str, "value": str}, pk="key")
-            db[Table.SEND_LIST].create(msgblok, pk="seq")
-            db[Table.RECV_LIST].create(msgblok, pk="seq")
+            db[Table.SEND_LIST].create(MSGBLOK_SCHEMA, pk="seq")
+            db[Table.RECV_LIST].create(MSGBLOK_SCHEMA, pk="seq")
             db[Table.WAIT_LIST].create({"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int,
                                         "data": bytes}, pk="req")
             db[Table.SEND_DONE].create({"req": str, "seq": int, "msg_id": int, "to_id": str}, pk="req")
             db[Table.SEND_DONE].create_index(["seq"])
             db[Table.DUP_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
             db[Table.SENT_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+            self._create_routing_tables(db)
             db[Table.META].insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                        {"key": "host_id", "value": self.host_id},
                                        {"key": "next_msg_id", "value": "1"},
                                        {"key": "next_seq", "value": "1"},
                                        {"key": "epoch", "value": secrets.token_hex(4)}])
 
+    @staticmethod
+    def _create_routing_tables(db: sqlite_utils.Database) -> None:
+        db[Table.KNOWN_HOSTS].create({"host": str}, pk="host")
+        db[Table.PAIR_OUT].create({"dest": str, "next": int}, pk="dest")
+        db[Table.PAIR_IN].create({"origin": str, "epoch": str, "expect": int}, pk="origin")
+
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if meta.get("host_id") != self.host_id:
             raise CheckpointError(f"checkpoint {self.path} belongs to host {meta.get('host_id')!r}, "
                                   f"not {self.host_id!r}: refusing to open it")
-        if meta.get("schema_version") == "1":
+        version = meta.get("schema_version")
+        if version not in ("1", "2", str(SCHEMA_VERSION)):
+            raise CheckpointError(f"checkpoint {self.path} has schema version {version!r}, "
+                                  f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
+        if version == "1":
             self._migrate_from_1(conn)
-        elif meta.get("schema_version") != str(SCHEMA_VERSION):
-            raise CheckpointError(f"checkpoint {self.path} has schema version {meta.get('schema_version')!r}, "
-                                  f"this MCCS reads versions 1 and {SCHEMA_VERSION}")
+        if version in ("1", "2"):
+            self._migrate_from_2(conn)
 
     def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
         """Version 2 adds the sent window (seeded from the SENDs remembered for retries, the only
@@ -167,6 +182,19 @@ class Checkpoint:
                          f"msg_id, seq FROM {Table.SEND_DONE} WHERE substr(to_id, 1, 2) != ? ORDER BY seq",
                          (self.host_id,))
             conn.execute(f"INSERT OR REPLACE INTO {Table.META} VALUES ('epoch', ?)", (secrets.token_hex(4),))
+            conn.execute(f"UPDATE {Table.META} SET value = '2' WHERE key = 'schema_version'")
+
+    def _migrate_from_2(self, conn: sqlite3.Connection) -> None:
+        """Version 3 adds routing: hop counts and end-to-end numbers on the lists, the hosts
+        learned, and the end-to-end counters per destination and per origin."""
+        db = sqlite_utils.Database(conn)
+        with conn:
+            conn.execute("BEGIN")
+            for table in (Table.SEND_LIST, Table.RECV_LIST):
+                for column, default in (("hops", "0"), ("pseq", "0"), ("epoch", "''")):
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} "
+                                 f"{'TEXT' if column == 'epoch' else 'INTEGER'} NOT NULL DEFAULT {default}")
+            self._create_routing_tables(db)
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # -- Initialization -------------------------------------------------------------------
@@ -183,7 +211,10 @@ class Checkpoint:
                                               "ORDER BY seq")]
         meta = dict(q(f"SELECT key, value FROM {Table.META}").fetchall())
         return Restored(rows(Table.SEND_LIST), rows(Table.RECV_LIST), waiting, int(meta["next_msg_id"]),
-                        int(meta["next_seq"]), keys(Table.DUP_WINDOW), keys(Table.SENT_WINDOW), meta["epoch"])
+                        int(meta["next_seq"]), keys(Table.DUP_WINDOW), keys(Table.SENT_WINDOW), meta["epoch"],
+                        [h for (h,) in q(f"SELECT host FROM {Table.KNOWN_HOSTS} ORDER BY host")],
+                        dict(q(f"SELECT dest, next FROM {Table.PAIR_OUT}").fetchall()),
+                        {o: (e, n) for o, e, n in q(f"SELECT origin, epoch, expect FROM {Table.PAIR_IN}")})
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:

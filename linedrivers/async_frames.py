@@ -70,12 +70,14 @@ class SignOn:
     session: str = ""
     nonce: bytes = b""
     proof: bytes = b""
+    features: tuple[str, ...] = ()  # FEAT=A,B: what this end can do beyond DESIGN.md (docs/ROUTING.md)
 
     def encode(self) -> bytes:
         text = f"{VERSION} HOST={self.host} WINDOW={self.window} MAXMSG={self.maxmsg}"
         text += f" SESSION={self.session}" if self.session else ""
         text += f" AUTH={self.nonce.hex()}" if self.nonce else ""
         text += f" PROOF={self.proof.hex()}" if self.proof else ""
+        text += f" FEAT={','.join(self.features)}" if self.features else ""
         return text.encode("ascii")
 
     @classmethod
@@ -86,7 +88,8 @@ class SignOn:
             fields = dict(t.split("=", 1) for t in tokens if "=" in t)
             signon = cls(check_host_id(fields["HOST"]), int(fields["WINDOW"]), int(fields["MAXMSG"]),
                          fields.get("SESSION", ""), bytes.fromhex(fields.get("AUTH", "")),
-                         bytes.fromhex(fields.get("PROOF", "")))
+                         bytes.fromhex(fields.get("PROOF", "")),
+                         tuple(f for f in fields.get("FEAT", "").split(",") if f))
         except (UnicodeDecodeError, KeyError, ValueError, IdError):
             return None
         ok = version == VERSION and 1 <= signon.window <= 127 and 0 <= signon.maxmsg <= 65535

@@ -42,7 +42,8 @@ class AsyncLine(AsyncSignOn):
 
     def __init__(self, local: str, peer: str, *, window: int = 8, baud: int = 9600,
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
-                 retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None):
+                 retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None,
+                 features: tuple[str, ...] = ()):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
@@ -63,6 +64,7 @@ class AsyncLine(AsyncSignOn):
         self._out: list[bytes] = []
         self._now = 0.0
         self.secret = secret
+        self.features = tuple(features)  # offered at sign-on; LineUp says which both ends offered
         self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
         self._deframer = Deframer(2 * (self._overhead + HEADER_SIZE + max(max_message, 64)), self.counters)
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i

@@ -17,7 +17,7 @@ class AsyncSignOn:
     """Sign-on and sign-off frames; the rest of the machine is AsyncLine's."""
 
     def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
-        return SignOn(self.local, self.window, self.max_message, session, nonce, proof).encode()
+        return SignOn(self.local, self.window, self.max_message, session, nonce, proof, self.features).encode()
 
     def _send_signon(self, kind: str, session: str) -> None:
         self._emit(kind, body=self._signon_body(session, self._nonce if kind == "S" else b""))
@@ -70,7 +70,7 @@ class AsyncSignOn:
         if reply:
             self._emit(reply[0], body=reply[1])
         self.counters["signons"] += 1
-        self._events.append(LineUp(self.peer))
+        self._events.append(LineUp(self.peer, frozenset(self.features) & frozenset(signon.features)))
 
     def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
         """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 @dataclass
 class LineUp:
     peer: str
+    features: frozenset[str] = frozenset()  # offered by both ends at sign-on (docs/PROTOCOL.md)
 
 
 @dataclass

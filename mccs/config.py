@@ -117,6 +117,25 @@ class ProcessConfig:
 
 
 @dataclass
+class RouteConfig:
+    """A `[[route]]`: messages for host `to` (or "*", every host without a better route) go to `via`."""
+    to: str
+    via: str
+
+    def check(self, host: str, peers: set[str]) -> None:
+        if self.to != "*":
+            try:
+                check_host_id(self.to)
+            except IdError as e:
+                raise ConfigError(f"[[route]] to: {e}") from None
+            if self.to == host:
+                raise ConfigError(f"[[route]] to {self.to!r} is this host's own id")
+        if self.via not in peers:
+            raise ConfigError(f"[[route]] to {self.to!r}: via {self.via!r} is not the peer of a [[line]] "
+                              f"(peers: {', '.join(sorted(peers)) or 'none'})")
+
+
+@dataclass
 class HostConfig:
     id: str
     socket: str
@@ -129,7 +148,10 @@ class HostConfig:
     max_message: int = 128
     strict_names: bool = False  # only [[process]] names may attach
     disk_reserve: int = 16 * 1024 * 1024  # below this many free bytes, new messages are refused
+    routing: str = "auto"  # "auto": learn routes from the neighbours; "static": [[route]]s and neighbours only
+    hop_limit: int = 16  # lines a message may cross; more is a routing loop and it is dropped
     lines: list[LineConfig] = _internal(factory=list)
+    routes: list[RouteConfig] = _internal(factory=list)
     processes: list[ProcessConfig] = _internal(factory=list)
     path: str = _internal("")  # the file this came from
 
@@ -140,9 +162,11 @@ class HostConfig:
             raise ConfigError(f"[host] id: {e}") from None
         _choice("synchronous", self.synchronous, ("full", "normal", "off"))
         _range("buffers", self.buffers, 1, 10_000_000)
-        _range("max_message", self.max_message, 1, 65535)
+        _range("max_message", self.max_message, 1, 65535 - 11)  # room for the routing envelope
         _range("trace_max_bytes", self.trace_max_bytes, 4096, 1 << 40)
         _range("disk_reserve", self.disk_reserve, 0, 1 << 40)
+        _choice("routing", self.routing, ("auto", "static"))
+        _range("hop_limit", self.hop_limit, 1, 16)
         if self.socket_group:
             try:
                 grp.getgrnam(self.socket_group)
@@ -166,6 +190,12 @@ class HostConfig:
                 raise ConfigError(f"[[line]] peer {line.peer!r} has more than one line")
             peers.add(line.peer)
             line.check()
+        destinations = set()
+        for route in self.routes:
+            route.check(self.id, peers)
+            if route.to in destinations:
+                raise ConfigError(f"[[route]] to {route.to!r} is configured twice")
+            destinations.add(route.to)
 
     def line_for(self, host: str) -> LineConfig | None:
         return next((line for line in self.lines if line.peer == host), None)
@@ -224,12 +254,12 @@ def load(path: str | os.PathLike) -> HostConfig:
 def from_dict(doc: dict, path: str | os.PathLike = "<config>") -> HostConfig:
     path = Path(path)
     base = path.parent.resolve()
-    unknown = sorted(set(doc) - {"host", "line", "process"})
+    unknown = sorted(set(doc) - {"host", "line", "process", "route"})
     if unknown:
-        raise ConfigError(f"{path}: unknown table {unknown[0]!r} (known: host, line, process)")
+        raise ConfigError(f"{path}: unknown table {unknown[0]!r} (known: host, line, process, route)")
     if not isinstance(doc.get("host"), dict):
         raise ConfigError(f"{path}: missing [host] table")
-    for key in ("line", "process"):
+    for key in ("line", "process", "route"):
         if not isinstance(doc.get(key, []), list):
             raise ConfigError(f"{path}: {key} must be an array of tables ([[{key}]])")
     try:
@@ -239,8 +269,9 @@ def from_dict(doc: dict, path: str | os.PathLike = "<config>") -> HostConfig:
                 line.port = str((base / line.port).resolve())
         procs = [_build(ProcessConfig, t, f"{path} [[process]] #{i + 1}", base)
                  for i, t in enumerate(doc.get("process", []))]
+        routes = [_build(RouteConfig, t, f"{path} [[route]] #{i + 1}", base) for i, t in enumerate(doc.get("route", []))]
         host = _build(HostConfig, doc["host"], f"{path} [host]", base,
-                      {"lines": lines, "processes": procs, "path": str(path)})
+                      {"lines": lines, "processes": procs, "routes": routes, "path": str(path)})
         host.check()
     except ConfigError as e:
         msg = str(e)

@@ -26,6 +26,9 @@ from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, Lists, Op, Sequence
 from .machine import LineMachine, make_machine
 from .msgids import KeyWindow, MsgIds
+from .pairs import Pairs, PairsIn, PairsOut
+from .receiver import MessageReceiver
+from .routing import RoutingTable
 from .requests import NAMED, Cancel, Confirm, Hello, Ping, Recv, Request, RequestError, Send
 from .sessions import Creds, Session, Sessions
 
@@ -48,12 +51,19 @@ class Kernel:
         self.sessions = Sessions(cfg.processes, cfg.strict_names)
         self.epoch = state.epoch
         self.disk_full = False
+        self.pairs = Pairs(state.epoch, PairsOut(state.pairs_out), PairsIn(state.pairs_in))
+        self.routes = RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
+                                   cfg.routing == "auto", state.known_hosts,
+                                   {lc.peer for lc in cfg.lines if lc.protocol == "bsc"})
         self._restore(state)
         self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, self.lists, self.ids, self.seqs, self.sessions,
                                             self.counters)
+        receiver = MessageReceiver(self.host, cfg.max_message, cfg.hop_limit, self.lists, self.ids, self.dups,
+                                   self.seqs, self.pairs, self.routes, self.counters)
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message)),
-                           self.lists, self.ids, self.dups, self.seqs, self.counters)
+                           self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.counters)
+        self._now = 0.0
         self._fx = Effects()
         self._sends = 0
 
@@ -65,7 +75,8 @@ class Kernel:
             self._hold(blk)
         for row in state.recv_list:
             blk = MSGBLOK.from_row(row)
-            self.lists.arrive(blk)
+            if not self.pairs.into.is_held(blk):  # one held for an earlier message stays out of sight
+                self.lists.arrive(blk)
             self._hold(blk)
         for p in state.wait_list:
             self.lists.wait.add_send(PRQBLOK.restored(p), host_of(p.to_id) == self.host)
@@ -159,7 +170,8 @@ class Kernel:
             raise RequestError("too_large", f"message of {len(req.data)} bytes is over the maximum of "
                                             f"{self.cfg.max_message}")
         if not self.known_host(host_of(req.to_id)):
-            raise RequestError("unknown_host", f"no line to host {host_of(req.to_id)!r}: TO_ID "
+            raise RequestError("unknown_host", f"host {host_of(req.to_id)!r} is unknown here (not a neighbour, "
+                                               f"a [[route]], or a host learned from the network): TO_ID "
                                                f"{req.to_id.rstrip()!r} refused")
         if prior is not None:  # a retry of a SEND already stored: its MSG_ID, not a second copy
             self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_id": prior[0], "to": prior[1]})
@@ -215,13 +227,14 @@ class Kernel:
         self._fx.reply(session.conn, {"id": rid, "ok": True, "cancelled": False, **stored})
 
     def known_host(self, host: str) -> bool:
-        return host == self.host or host in self.lines.lcbs
+        return self.routes.is_known(host)
 
     # -- the pass -------------------------------------------------------------------------------
     def run_pass(self, now: float, wall: float) -> Effects:
         """Message-Receiver, Process-Dispatcher, then acknowledgements and the Message-Sender.
         Everything the pass changed is in the returned Effects, to be committed before the rest."""
         fx, self._fx = self._fx, Effects()
+        self._now = now
         self.lines.receive(fx, now, wall)
         self.dispatcher.run(fx, now, wall)
         self._trim_send_done(fx)
@@ -251,4 +264,6 @@ class Kernel:
         return {"host": self.host, "epoch": self.epoch, "disk_full": self.disk_full,
                 "lists": {"wait": len(lists.wait), "send": len(lists.send), "recv": len(lists.recv)},
                 "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(),
+                "routing": self.cfg.routing, "routes": self.routes.status(self._now),
+                "waiting_for": self.lists.send.waiting(), "held_for_order": self.pairs.into.status(),
                 "counters": {**self.counters, "connections": len(self.sessions)}}

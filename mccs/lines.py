@@ -24,15 +24,21 @@ from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked,
                          PeerRefused, image)
 from linedrivers.ids import host_of
 
+from . import envelope
 from .config import LineConfig
 from .effects import Effects
+from .envelope import Envelope
 from .lists import MSGBLOK, BlockState, Lists, Sequence
-from .machine import LineMachine
-from .msgids import KeyWindow, MsgIds
+from .machine import ROUTE, LineMachine
+from .msgids import MsgIds
+from .pairs import Pairs
+from .receiver import Arrival, MessageReceiver
+from .routing import INFINITY, RoutingTable, encode_vector
 
 log = logging.getLogger("mccs.lines")
 
 BACKOFF_MIN = 0.5
+ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
 
 class LineState(StrEnum):
@@ -55,6 +61,8 @@ class LineControlBlock:
     last_down: str = ""
     held: MSGBLOK | None = None  # the first MSGBLOK the peer's maximum refuses: waits, and all after it
     backlog: list = field(default_factory=list)  # machine events seen after sending, handled next pass
+    routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
+    told: dict[str, int] | None = None  # the distances last sent to the peer
     counters: collections.Counter = field(default_factory=collections.Counter)
 
     @property
@@ -64,7 +72,7 @@ class LineControlBlock:
     def status(self) -> dict:
         return {"peer": self.peer, "protocol": self.cfg.protocol, "state": str(self.state), "port": self.cfg.port,
                 "port_open": self.port_open, "baud": self.cfg.baud, "active": len(self.active),
-                "last_down": self.last_down, "counters": {**self.machine.counters, **self.counters},
+                "routing": self.routed, "last_down": self.last_down, "counters": {**self.machine.counters, **self.counters},
                 "held": f"{self.held.origin}/{self.held.msg_id}, {len(self.held.data)} bytes" if self.held else None}
 
 
@@ -73,10 +81,12 @@ class Lines:
 
     def __init__(self, host: str, max_message: int, configs: list[LineConfig],
                  new_machine: Callable[[LineConfig], LineMachine],
-                 lists: Lists, ids: MsgIds, dups: KeyWindow, seqs: Sequence, counters: collections.Counter):
+                 lists: Lists, ids: MsgIds, seqs: Sequence, pairs: Pairs, routes: RoutingTable,
+                 receiver: MessageReceiver, counters: collections.Counter):
         self.host, self.max_message = host, max_message
         self.new_machine = new_machine
-        self.lists, self.ids, self.dups, self.seqs, self.counters = lists, ids, dups, seqs, counters
+        self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
+        self.pairs, self.routes, self.receiver = pairs, routes, receiver
         self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in configs}
 
     def __getitem__(self, peer: str) -> LineControlBlock:
@@ -131,6 +141,9 @@ class Lines:
             blk.state = BlockState.QUEUED
         lcb.active.clear()
         lcb.must_confirm = False
+        if lcb.routed:
+            lcb.routed = False
+            fx.change(*self.routes.line_down(lcb.peer, now))
         if lcb.state is LineState.UP:
             fx.trace("line", "down", lcb.peer, lcb.cfg.protocol, reason=reason)
             log.warning("%s: line to %s down: %s", self.host, lcb.peer, reason)
@@ -144,13 +157,16 @@ class Lines:
         if isinstance(ev, FrameTraced):
             self._trace_frame(lcb, ev, fx)
         elif isinstance(ev, MessageReceived):
-            self._received(lcb, ev.image, fx, wall)
+            lcb.must_confirm = True  # whatever happens to it, the peer must stop sending it
+            self.receiver.received(Arrival(lcb.peer, proto, lcb.counters), ev.image, lcb.routed, fx, now, wall)
         elif isinstance(ev, MessageAcked):
             self._acked(lcb, ev.image, fx)
         elif isinstance(ev, LineUp):
             lcb.state, lcb.backoff = LineState.UP, BACKOFF_MIN
             lcb.counters["ups"] += 1
-            fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud)
+            lcb.routed, lcb.told = ROUTE in ev.features, None
+            fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed))
+            fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud, routing=lcb.routed)
             log.info("%s: line to %s up (%s)", self.host, lcb.peer, proto)
         elif isinstance(ev, LineDown):
             if ev.reason.startswith("refused"):  # "refused", or "refused: " and the peer's note
@@ -169,36 +185,13 @@ class Lines:
         fx.trace("frame", ev.kind, lcb.peer, lcb.cfg.protocol, dir=ev.dir, bytes=ev.nbytes, ok=ev.ok, seq=ev.seq,
                  origin=ev.origin, msg_id=ev.msg_id, retransmit=ev.retransmit or None)
 
-    def _received(self, lcb: LineControlBlock, img: bytes, fx: Effects, wall: float) -> None:
-        lcb.must_confirm = True  # whatever happens below, the peer must stop sending it
-        try:
-            m = image.decode(img, self.max_message)
-        except image.ImageError as e:
-            lcb.counters["bad_images"] += 1
-            log.warning("%s: dropped a bad message image from %s: %s", self.host, lcb.peer, e)
-            return
-        fields = dict(origin=m.origin, msg_id=m.msg_id, from_id=m.from_id, to_id=m.to_id, user_id=m.user_id)
-        if host_of(m.to_id) != self.host:
-            lcb.counters["misrouted"] += 1
-            log.warning("%s: dropped a message for %s from %s: not for this host", self.host, m.to_id, lcb.peer)
-            return
-        if m.key in self.dups:
-            lcb.counters["duplicates"] += 1
-            fx.trace("msg", "duplicate", lcb.peer, lcb.cfg.protocol, **fields)
-            return
-        lcb.counters["received"] += 1
-        self.counters["received"] += 1
-        blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall)
-        fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
-        self.lists.arrive(blk)
-        fx.trace("msg", "received", lcb.peer, lcb.cfg.protocol, **fields)
-
     def _acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
         """The acknowledgement of exactly one block: the oldest in flight on this line with its key."""
         key = image.key_of(img)
         blk = next((b for b in lcb.active if b.key == key), None)
         if blk is None:
-            lcb.counters["stray_acks"] += 1
+            if key != (self.host, 0):  # an acknowledged routing update needs nothing more
+                lcb.counters["stray_acks"] += 1
             return
         lcb.active.remove(blk)
         self.lists.send.remove(blk)
@@ -221,6 +214,8 @@ class Lines:
                 lcb.busy = busy
                 lcb.machine.set_busy(busy)
             if lcb.state is LineState.UP:
+                if lcb.routed and self.routes.learn:
+                    self._advertise(lcb)
                 self._send_some(lcb, fx)
             fx.write(lcb.peer, lcb.machine.data_to_send())
             for ev in lcb.machine.events():  # the frames just built are traced in this pass
@@ -228,36 +223,72 @@ class Lines:
                     self._trace_frame(lcb, ev, fx)
                 else:
                     lcb.backlog.append(ev)
+        for route in self.routes.take_changes():
+            fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
+                     distance=route.dist if route.dist < INFINITY else None)
+
+    def _advertise(self, lcb: LineControlBlock) -> None:
+        """A triggered update: the distances the peer has not heard yet, in as many messages as it takes."""
+        vector = self.routes.vector_for(lcb.peer)
+        told = lcb.told or {}
+        news = [(d, n) for d, n in vector.items() if told.get(d) != n]
+        if not news:
+            return
+        lcb.told = vector
+        per_message = max(1, self.max_message // 6)  # "HH=NN " at most
+        for i in range(0, len(news), per_message):
+            data = encode_vector(dict(news[i:i + per_message]))
+            lcb.machine.send(envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, data,
+                                           Envelope(flags=envelope.ADVERT)))
 
     def _send_some(self, lcb: LineControlBlock, fx: Effects) -> None:
-        """The Message-Sender for one line: SEND_LIST's blocks in order, while the machine has room."""
+        """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it,
+        each destination's in order, taking turns while the machine has room."""
         room = lcb.machine.room()
         if room <= 0:
             return
-        for blk in self.lists.send.queue(lcb.peer):
-            if room <= 0:
-                break
-            if blk.state is BlockState.IN_FLIGHT:
-                continue
+        dests = [d for d in self.lists.send.waiting() if self.routes.next_hop(d) == lcb.peer
+                 and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
+        queues = [(blk for blk in self.lists.send.queue(d) if blk.state is not BlockState.IN_FLIGHT
+                   and (lcb.routed or not blk.pseq)) for d in dests]  # numbered ones travel only with a number
+        while room > 0 and queues:
+            for queue in list(queues):
+                blk = next(queue, None)
+                if blk is None or not self._hand(lcb, blk, fx):
+                    queues.remove(queue)  # empty, or held for the peer's maximum: nothing after it goes
+                    continue
+                room -= 1
+                if room <= 0:
+                    return
+
+    def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects) -> bool:
+        if lcb.routed:
+            if not blk.pseq and blk.origin == self.host:  # numbered as it first leaves on a routing line
+                blk.pseq, changes = self.pairs.out.number(blk.dest)
+                blk.epoch = self.pairs.epoch
+                fx.change(*changes, ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
+            img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data,
+                                Envelope(blk.hops, 0, blk.epoch or "00000000", blk.pseq))
+        else:
             img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data)
-            try:
-                lcb.machine.send(img)
-            except ValueError as e:  # over the MAXMSG the peer signed on with: a config to fix
-                if lcb.held is not blk:
-                    lcb.held = blk
-                    lcb.counters["too_large"] += 1
-                    log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
-                              "wait on SEND_LIST until max_message is the same at both ends", self.host,
-                              blk.origin, blk.msg_id, len(blk.data), lcb.peer, e)
-                return  # keep order: nothing after it overtakes it
-            lcb.held = None
-            blk.state = BlockState.IN_FLIGHT
-            lcb.active.append(blk)
-            room -= 1
-            if not blk.sent:
-                blk.sent = True
-                fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, origin=blk.origin, msg_id=blk.msg_id,
-                         from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
+        try:
+            lcb.machine.send(img)
+        except ValueError as e:  # over the MAXMSG the peer signed on with: a config to fix
+            if lcb.held is not blk:
+                lcb.held = blk
+                lcb.counters["too_large"] += 1
+                log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
+                          "wait on SEND_LIST until max_message is the same at both ends", self.host,
+                          blk.origin, blk.msg_id, len(blk.data), lcb.peer, e)
+            return False
+        lcb.held = None
+        blk.state = BlockState.IN_FLIGHT
+        lcb.active.append(blk)
+        if not blk.sent:
+            blk.sent = True
+            fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, origin=blk.origin, msg_id=blk.msg_id,
+                     from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
+        return True
 
     def deadline(self) -> float | None:
         times = [t for lcb in self.lcbs.values() for t in (lcb.machine.next_deadline(), lcb.signon_at)

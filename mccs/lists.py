@@ -35,16 +35,21 @@ class MSGBLOK:
     user_id: int
     data: bytes
     ts: float  # when it was stored here (wall clock)
+    hops: int = 0  # lines crossed (routed messages)
+    pseq: int = 0  # end-to-end number of (origin, destination), 0 until it leaves on a routing line
+    epoch: str = ""  # the origin's checkpoint epoch, with pseq
     state: BlockState = BlockState.QUEUED
     holder: int | None = None  # RECV_LIST: the connection it was handed to
     sent: bool = False  # SEND_LIST: traced as sent on a line
 
     @classmethod
     def from_row(cls, row: Row) -> "MSGBLOK":
-        return cls(row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts)
+        return cls(row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts, row.hops, row.pseq,
+                   row.epoch)
 
     def row(self) -> Row:
-        return Row(self.seq, self.to_id, self.from_id, self.msg_id, self.user_id, self.data, self.ts)
+        return Row(self.seq, self.to_id, self.from_id, self.msg_id, self.user_id, self.data, self.ts, self.hops,
+                   self.pseq, self.epoch)
 
     @property
     def origin(self) -> str:
@@ -114,6 +119,10 @@ class SendList:
             self._count -= 1
             if not bucket:
                 del self._by_dest[blk.dest]
+
+    def waiting(self) -> dict[str, int]:
+        """Blocks per destination host."""
+        return {dest: len(q) for dest, q in self._by_dest.items()}
 
     def queue(self, dest: str) -> Iterator[MSGBLOK]:
         """The blocks for one destination, in order, lazily: do not change the list meanwhile."""

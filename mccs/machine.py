@@ -6,7 +6,10 @@ from typing import Protocol
 
 from linedrivers.events import Event
 
+from . import envelope
 from .config import LineConfig
+
+ROUTE = "ROUTE"  # the sign-on feature of routing lines (docs/ROUTING.md)
 
 
 class LineMachine(Protocol):
@@ -27,14 +30,18 @@ class LineMachine(Protocol):
 
 
 def make_machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
-    """The protocol's machine with every timer and limit from the config."""
-    common = dict(baud=lc.baud, max_message=max_message, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+    """The protocol's machine with every timer and limit from the config. An async line offers
+    ROUTE at sign-on (BSC's ID exchange has no room for it that a version-1 station would
+    accept, so BSC lines carry direct traffic only); the routing envelope rides inside the
+    image's MESSAGE, so the machine's largest message has room for it."""
+    common = dict(baud=lc.baud, max_message=min(max_message + envelope.SIZE, 65535),
+                  reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
     if lc.secret is not None:
         common["secret"] = lc.secret
     if lc.protocol == "async":
         from linedrivers import AsyncLine
         return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
-                         **common)
+                         features=(ROUTE,), **common)
     from linedrivers import BscLine
     return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
                    disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout, **common)

@@ -41,7 +41,7 @@ def test_cli_end_to_end(tmp_path):
         rc, out, err = mccs("recv", "-c", cfg, "--as", "R", "--timeout", "0.3")
         assert rc == 1
         rc, _, err = mccs("send", "-c", cfg, "--as", "S", "CCX", "x")
-        assert rc == 2 and "no line to host 'CC'" in err
+        assert rc == 2 and "host 'CC' is unknown" in err
         rc, _, err = mccs("send", "-c", cfg, "--as", "S", "AAR", "x" * 200)
         assert rc == 2 and "over the maximum" in err
         rc, _, err = mccs("send", "-c", cfg, "--as", "TOOLONG", "AAR", "x")

@@ -111,7 +111,7 @@ def test_one_live_connection_per_name(host):
 def test_unknown_host_refused_configured_host_waits(host):
     d = host()
     with mccs.connect(d.config, "S") as s:
-        with pytest.raises(mccs.Refused, match="no line to host 'CC'"):
+        with pytest.raises(mccs.Refused, match="host 'CC' is unknown"):
             s.send("CCX", b"nowhere")
         s.send("BBX", b"stays on SEND_LIST")
         assert s.status()["lists"] == {"wait": 0, "send": 1, "recv": 0}

@@ -1,9 +1,11 @@
 """`mccs loopback`: a whole MCCS network on one machine, and a verdict on it.
 
-N daemons run as separate processes, joined by `vserial` lines (a full mesh or the links
-given), each line async or BSC at a chosen baud and bit-error rate. Sender and receiver
-processes on every host exchange M messages between random process pairs on directly linked
-hosts, while lines are disconnected and daemons killed with SIGKILL on a schedule. The verdict
+N daemons run as separate processes, joined by `vserial` lines (a full mesh, the links given,
+or a topology: chain, ring, star, mesh), each line async or BSC at a chosen baud and bit-error
+rate. Sender and receiver processes on every host exchange M messages between random process
+pairs on directly linked hosts, or, with a topology, on any hosts that routing joins (async
+lines route; a BSC line joins only its two ends), while lines are disconnected and daemons
+killed with SIGKILL on a schedule. The verdict
 comes from the processes' own logs: every message whose MSG_ID was returned must arrive exactly
 once, and in order for each pair of processes.
 """
@@ -32,6 +34,7 @@ from mccs.testbed.vserial import Lines
 class Options:
     hosts: int = 3
     links: list[str] | None = None  # "AA-BB" specs; None: full mesh
+    topology: str | None = None  # chain, ring, star or mesh: traffic between any hosts, routed
     protocol: str = "mixed"  # async, bsc, or mixed (the first link BSC, the others async)
     baud: int = 115200
     ber: float = 0.0
@@ -49,10 +52,21 @@ class Options:
     quiet: bool = False
 
 
+TOPOLOGIES = ("chain", "ring", "star", "mesh")
+
+
 def host_ids(n: int) -> list[str]:
     if not 2 <= n <= 26:
         raise ValueError("--hosts must be from 2 to 26")
     return [chr(ord("A") + i) * 2 for i in range(n)]
+
+
+def topology_links(kind: str, hosts: list[str]) -> list[str]:
+    pairs = {"chain": zip(hosts, hosts[1:]),
+             "ring": zip(hosts, hosts[1:] + hosts[:1]) if len(hosts) > 2 else zip(hosts, hosts[1:]),
+             "star": ((hosts[0], h) for h in hosts[1:]),
+             "mesh": itertools.combinations(hosts, 2)}[kind]
+    return [f"{a}-{b}" for a, b in pairs]
 
 
 def timers(baud: int) -> dict:
@@ -69,7 +83,7 @@ class Network:
     def __init__(self, opts: Options, root: Path):
         self.opts, self.root = opts, root
         self.hosts = host_ids(opts.hosts)
-        self.links = opts.links or [f"{a}-{b}" for a, b in itertools.combinations(self.hosts, 2)]
+        self.links = opts.links or topology_links(opts.topology or "mesh", self.hosts)
         unknown = {h for spec in self.links for h in spec.split("-")} - set(self.hosts)
         if unknown:
             raise ValueError(f"links name hosts that are not in the network: {', '.join(sorted(unknown))}")
@@ -79,6 +93,7 @@ class Network:
             a, b = spec.split("-")
             self.neighbours[a].append(b)
             self.neighbours[b].append(a)
+        self.targets = {h: self._reachable(h) if opts.topology else self.neighbours[h] for h in self.hosts}
         self.vlines = Lines(str(root / "dev"), self.links, baud=opts.baud, ber=opts.ber, seed=opts.seed)
         self.daemons: dict[str, DaemonProcess] = {}
         self.procs: list[subprocess.Popen] = []
@@ -87,6 +102,33 @@ class Network:
         if self.opts.protocol == "mixed":
             return "bsc" if i == 0 else "async"
         return self.opts.protocol
+
+    def _reachable(self, host: str) -> list[str]:
+        """The hosts routing joins to `host`: over async lines, and its own BSC neighbours."""
+        seen, todo = {host}, [host]
+        while todo:
+            h = todo.pop()
+            for peer in self.neighbours[h]:
+                spec = f"{h}-{peer}" if f"{h}-{peer}" in self.protocol else f"{peer}-{h}"
+                if peer not in seen and self.protocol[spec] == "async":
+                    seen.add(peer)
+                    todo.append(peer)
+        return sorted((seen | set(self.neighbours[host])) - {host})
+
+    def wait_for_routes(self, timeout: float = 60.0) -> None:
+        """Before traffic: every host knows a route to every host it will send to."""
+        import mccs
+        deadline = time.monotonic() + timeout
+        for host, d in self.daemons.items():
+            while True:
+                with mccs.connect(d.config, None, connect_timeout=5) as c:
+                    routes = {r["to"] for r in c.status()["routes"] if r["distance"] is not None}
+                if set(self.targets[host]) <= routes:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{host} learned no route to {sorted(set(self.targets[host]) - routes)} "
+                                       f"in {timeout:.0f} s")
+                time.sleep(0.2)
 
     def configs(self) -> None:
         for host in self.hosts:
@@ -102,13 +144,13 @@ class Network:
             self.daemons[host] = DaemonProcess(write_config(self.root, host, lines))
 
     def plan_traffic(self) -> dict[str, list[str]]:
-        """Each message: a sender process, a receiver process on a directly linked host."""
+        """Each message: a sender process, a receiver process on a host it can reach."""
         rng = random.Random(self.opts.seed)
-        senders = [f"{h}S{i}" for h in self.hosts if self.neighbours[h] for i in range(self.opts.senders)]
+        senders = [f"{h}S{i}" for h in self.hosts if self.targets[h] for i in range(self.opts.senders)]
         plans: dict[str, list[str]] = {s: [] for s in senders}
         for k in range(self.opts.messages):
             sender = senders[k % len(senders)]
-            peer = rng.choice(self.neighbours[host_of(sender)])
+            peer = rng.choice(self.targets[host_of(sender)])
             plans[sender].append(f"{peer}R{rng.randrange(self.opts.receivers)}")
         return plans
 
@@ -195,6 +237,8 @@ def run_network(opts: Options) -> dict:
         try:
             for d in net.daemons.values():
                 d.start()
+            if opts.topology:
+                net.wait_for_routes()
             plans = net.plan_traffic()
             planned = sum(map(len, plans.values()))
             say(f"loopback: {len(net.hosts)} hosts, links {', '.join(f'{s} ({net.protocol[s]})' for s in net.links)}, "
@@ -251,7 +295,7 @@ def run_network(opts: Options) -> dict:
 def _status(d: DaemonProcess) -> dict:
     import mccs
     try:
-        with mccs.connect(d.config, "LOOP", connect_timeout=5) as c:
+        with mccs.connect(d.config, None, connect_timeout=5) as c:
             return c.status()
     except mccs.MCCSError:
         return {}
@@ -281,6 +325,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--hosts", type=int, default=d.hosts, help="number of hosts (AA, BB, CC, ...)")
     p.add_argument("--links", default=None, help="comma-separated links like AA-BB,BB-CC (default: full mesh)")
+    p.add_argument("--topology", choices=TOPOLOGIES, default=None,
+                   help="lines in this shape, and traffic between any two hosts (routed over async lines)")
     p.add_argument("--protocol", choices=("async", "bsc", "mixed"), default=d.protocol,
                    help="line protocol; mixed: the first link BSC, the others async")
     p.add_argument("--baud", type=int, default=d.baud, help="virtual line speed")

@@ -1,0 +1,90 @@
+"""End-to-end order and exactly-once across paths: numbers per (origin, destination) host pair.
+
+An origin numbers its messages for each destination host 1, 2, 3, ... (PSEQ) when they first
+leave on a routing line, under its checkpoint's epoch. The destination delivers PSEQ n only
+after n-1: a message that overtook another on a shorter path is stored (it is acknowledged to
+the previous hop like any other) but held back until the gap is filled; a PSEQ below the next
+expected, or one already held, is a copy that came twice (a retransmission after a crash, or
+two paths) and is dropped. Unlike the duplicate window of 16-bit MSG_IDs, this is exact.
+
+A new epoch of an origin (its checkpoint was started afresh) starts its numbering again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from checkpoint import changes as ch
+from checkpoint.changes import Change
+
+from .lists import MSGBLOK
+
+
+class Verdict(StrEnum):
+    DELIVER = "deliver"  # in order: it, and any held ones after it, are ready for RECV
+    HELD = "held"  # an earlier one is missing: stored, not yet visible
+    DUPLICATE = "duplicate"
+
+
+@dataclass
+class PairIn:
+    epoch: str
+    expect: int = 1
+    held: dict[int, MSGBLOK] = field(default_factory=dict)
+
+
+class PairsOut:
+    """This origin's next PSEQ per destination host."""
+
+    def __init__(self, next_by_dest: dict[str, int]):
+        self.next = dict(next_by_dest)
+
+    def number(self, dest: str) -> tuple[int, list[Change]]:
+        pseq = self.next.get(dest, 1)
+        self.next[dest] = pseq + 1
+        return pseq, [ch.set_pair_out(dest, pseq + 1)]
+
+
+class PairsIn:
+    """Per origin host: its epoch, the next PSEQ to deliver, and what waits for a gap."""
+
+    def __init__(self, state: dict[str, tuple[str, int]]):
+        self.pairs = {origin: PairIn(epoch, expect) for origin, (epoch, expect) in state.items()}
+
+    def is_held(self, blk: MSGBLOK) -> bool:
+        """Restore: a stored block above its pair's next expected number is still held."""
+        pair = self.pairs.get(blk.origin)
+        if blk.pseq and pair is not None and pair.epoch == blk.epoch and blk.pseq >= pair.expect:
+            pair.held[blk.pseq] = blk
+            return True
+        return False
+
+    def arrive(self, blk: MSGBLOK) -> tuple[Verdict, list[MSGBLOK], list[Change]]:
+        """The verdict on an arrival, and the blocks that become ready for RECV, in order."""
+        pair = self.pairs.get(blk.origin)
+        ready: list[MSGBLOK] = []
+        created = pair is None or pair.epoch != blk.epoch
+        if created:  # a new origin, or its checkpoint started afresh
+            if pair is not None:
+                ready = [pair.held[n] for n in sorted(pair.held)]
+            pair = self.pairs[blk.origin] = PairIn(blk.epoch)
+        if blk.pseq < pair.expect or blk.pseq in pair.held:
+            return Verdict.DUPLICATE, ready, []
+        pair.held[blk.pseq] = blk
+        start = pair.expect
+        while pair.expect in pair.held:
+            ready.append(pair.held.pop(pair.expect))
+            pair.expect += 1
+        changes = [ch.set_pair_in(blk.origin, pair.epoch, pair.expect)] if pair.expect != start or created else []
+        return (Verdict.DELIVER if pair.expect > blk.pseq else Verdict.HELD), ready, changes
+
+    def status(self) -> dict[str, dict]:
+        return {o: {"next": p.expect, "held": len(p.held)} for o, p in sorted(self.pairs.items()) if p.held}
+
+
+@dataclass
+class Pairs:
+    """This host's epoch, its numbering as an origin, and its order as a destination."""
+    epoch: str
+    out: PairsOut
+    into: PairsIn

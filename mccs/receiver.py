@@ -1,0 +1,134 @@
+"""The Message-Receiver (paper, Figure 2): what a line delivered goes where it belongs.
+
+A message for this host goes on RECV_LIST: in order per origin when it came with a routing
+envelope (`pairs`), by the duplicate window of (origin, MSG_ID) when it came over a line that
+speaks DESIGN.md's version 1. A message for another host, over a routing line, goes on SEND_LIST
+for its next hop (store and forward). A routing update changes the routes. Every arrival is
+stored in the pass that acknowledges it (durable before ACK), whatever happens to it next.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+
+from checkpoint import changes as ch
+from checkpoint.changes import Table
+from linedrivers import image
+from linedrivers.ids import host_of
+from linedrivers.image import Image
+
+from . import envelope, routing
+from .effects import Effects
+from .envelope import Envelope
+from .lists import MSGBLOK, Lists, Sequence
+from .msgids import KeyWindow, MsgIds
+from .pairs import Pairs, Verdict
+
+log = logging.getLogger("mccs.receiver")
+
+
+@dataclass
+class Arrival:
+    """Where a message came from: the line's peer and protocol, for traces and counters."""
+    peer: str
+    proto: str
+    counters: collections.Counter
+
+
+class MessageReceiver:
+    def __init__(self, host: str, max_message: int, hop_limit: int, lists: Lists, ids: MsgIds, dups: KeyWindow,
+                 seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, counters: collections.Counter):
+        self.host, self.max_message, self.hop_limit = host, max_message, hop_limit
+        self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
+        self.pairs, self.routes, self.counters = pairs, routes, counters
+
+    def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
+        try:
+            m, env = envelope.unwrap(img, self.max_message) if routed else (image.decode(img, self.max_message), None)
+        except image.ImageError as e:
+            src.counters["bad_images"] += 1
+            log.warning("%s: dropped a bad message image from %s: %s", self.host, src.peer, e)
+            return
+        if env is not None and env.advert:
+            self._advert(src, m, fx, now)
+        elif host_of(m.to_id) != self.host:
+            self._forward(src, m, env, fx, wall)
+        elif env is not None and env.pseq:
+            self._in_order(src, m, env, fx, wall)
+        else:
+            self._by_window(src, m, fx, wall)
+
+    @staticmethod
+    def _fields(m: Image | MSGBLOK) -> dict:
+        return dict(origin=host_of(m.from_id), msg_id=m.msg_id, from_id=m.from_id, to_id=m.to_id, user_id=m.user_id)
+
+    def _by_window(self, src: Arrival, m: Image, fx: Effects, wall: float) -> None:
+        """DESIGN.md's rule: a key among the last ones received from its origin is a duplicate."""
+        if m.key in self.dups:
+            self._duplicate(src, m, fx)
+            return
+        blk = self._block(src, m, Envelope(), wall)
+        fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
+        self.lists.arrive(blk)
+        fx.trace("msg", "received", src.peer, src.proto, **self._fields(m))
+
+    def _in_order(self, src: Arrival, m: Image, env: Envelope, fx: Effects, wall: float) -> None:
+        """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
+        that came once without a number (over a version-1 line) is not taken twice."""
+        if m.key in self.dups:
+            self._duplicate(src, m, fx)
+            return
+        blk = self._block(src, m, env, wall)
+        verdict, ready, changes = self.pairs.into.arrive(blk)
+        if verdict is Verdict.DUPLICATE:
+            self._duplicate(src, m, fx)
+        else:
+            fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
+            fx.trace("msg", "received", src.peer, src.proto, hops=env.hops + 1, **self._fields(m))
+            if verdict is Verdict.HELD:
+                self.counters["held_for_order"] += 1
+        fx.change(*changes)
+        for ready_blk in ready:
+            self.lists.arrive(ready_blk)
+
+    def _forward(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, wall: float) -> None:
+        """Store and forward: on SEND_LIST for the next hop, acknowledged once stored here."""
+        fields = self._fields(m)
+        if env is None:  # a version-1 peer cannot mean this: it sends only to its neighbour
+            src.counters["misrouted"] += 1
+            log.warning("%s: dropped a message for %s from %s: not for this host", self.host, m.to_id, src.peer)
+            return
+        if env.hops + 1 >= self.hop_limit:
+            self.counters["hop_limit"] += 1
+            fx.trace("msg", "expired", src.peer, src.proto, reason="hop limit", hops=env.hops + 1, **fields)
+            log.warning("%s: dropped %s/%d for %s after %d hops (hop_limit %d): a routing loop?", self.host,
+                        fields["origin"], m.msg_id, m.to_id.rstrip(), env.hops + 1, self.hop_limit)
+            return
+        blk = self._block(src, m, env, wall, hops=env.hops + 1)
+        self.lists.send.add(blk)
+        if blk.origin == self.host:  # came back round: its MSG_ID is in use here again
+            self.ids.hold(blk.msg_id)
+        fx.change(ch.add_block(Table.SEND_LIST, blk.row()))
+        fx.trace("msg", "forwarded", src.peer, src.proto, via=self.routes.next_hop(blk.dest), hops=blk.hops,
+                 **fields)
+        self.counters["forwarded"] += 1
+
+    def _advert(self, src: Arrival, m: Image, fx: Effects, now: float) -> None:
+        try:
+            vector = routing.decode_vector(m.data)
+        except (ValueError, UnicodeDecodeError) as e:
+            src.counters["bad_adverts"] += 1
+            log.warning("%s: dropped a bad routing update from %s: %s", self.host, src.peer, e)
+            return
+        fx.change(*self.routes.advert(src.peer, vector, now))
+
+    def _block(self, src: Arrival, m: Image, env: Envelope, wall: float, hops: int | None = None) -> MSGBLOK:
+        src.counters["received"] += 1
+        self.counters["received"] += 1
+        return MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
+                       env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "")
+
+    def _duplicate(self, src: Arrival, m: Image, fx: Effects) -> None:
+        src.counters["duplicates"] += 1
+        fx.trace("msg", "duplicate", src.peer, src.proto, **self._fields(m))

@@ -1,0 +1,159 @@
+"""Routes: the neighbour a message for a host goes to next (distance vector, docs/ROUTING.md).
+
+Each host tells its neighbours, over lines that negotiated routing at sign-on, its distance to
+every host it knows (itself 0). A neighbour's distance plus one is a candidate; the smallest
+wins (ties keep the current route, then the lower neighbour id). Split horizon with poisoned
+reverse: a host tells the neighbour it routes a destination through that the destination is
+unreachable (INFINITY), so two hosts never count to infinity through each other. Updates are
+triggered, never periodic: the lines are reliable, a line going DOWN forgets what its
+neighbour said, and a line coming UP exchanges full vectors.
+
+Which route wins, for a destination D:
+1. a `[[route]] to = D` (static);
+2. the direct line, when D is a neighbour whose line does not route (BSC, or a peer that signed
+   on without ROUTE): D's messages always take that line, and wait while it is down, so that
+   they never reach D by two disciplines at once (docs/ROUTING.md);
+3. the best learned distance through an UP routing neighbour (`routing = "auto"` only);
+4. the direct line when D is a neighbour (its messages wait while that line is down);
+5. a default route `[[route]] to = "*"`;
+6. none: the messages wait on SEND_LIST until a route appears.
+
+Pure: the changes to remember (learned hosts survive a restart) come back as data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checkpoint import changes as ch
+from checkpoint.changes import Change
+
+INFINITY = 16  # a distance this large is no route: the hop limit's default too
+DEFAULT = "*"
+
+
+@dataclass(frozen=True)
+class Route:
+    dest: str
+    via: str | None
+    dist: int  # hops; INFINITY when `via` is known but the destination is not reachable now
+    kind: str  # "neighbour", "learned", "static", "default", or "none"
+
+
+class RoutingTable:
+    def __init__(self, host: str, neighbours: list[str], static: dict[str, str], learn: bool,
+                 known: list[str] = (), direct_only: set[str] = frozenset()):
+        self.host = host
+        self.neighbours = set(neighbours)
+        self.direct_only = set(direct_only)  # neighbours on lines that do not route
+        self.static = dict(static)  # destination (or "*") -> neighbour
+        self.learn = learn
+        self.known: set[str] = set(known) | self.neighbours | {d for d in static if d != DEFAULT}
+        self.known.discard(host)
+        self.up: set[str] = set()  # neighbours whose line is UP and negotiated routing
+        self.heard: dict[str, dict[str, int]] = {}  # neighbour -> what it last said, destination -> distance
+        self.best: dict[str, Route] = {}
+        self.changed: list[Route] = []  # routes that changed since the caller last took them
+        self._since: dict[str, float] = {}
+        self._recompute(0.0)
+        self.changed.clear()
+
+    # -- inputs --------------------------------------------------------------------------------
+    def line_up(self, peer: str, now: float, routed: bool = True) -> list[Change]:
+        """A line signed on; `routed`: both ends offered ROUTE."""
+        if routed:
+            self.direct_only.discard(peer)
+            self.up.add(peer)
+            self.heard[peer] = {}
+        else:
+            self.direct_only.add(peer)
+        return self._recompute(now)
+
+    def line_down(self, peer: str, now: float) -> list[Change]:
+        self.up.discard(peer)
+        self.heard.pop(peer, None)
+        return self._recompute(now)
+
+    def advert(self, peer: str, vector: dict[str, int], now: float) -> list[Change]:
+        """What `peer` says it reaches (a partial update: the destinations it names)."""
+        if not self.learn or peer not in self.up:
+            return []
+        self.heard[peer].update({d: min(max(dist, 0), INFINITY) for d, dist in vector.items() if d != self.host})
+        return self._recompute(now)
+
+    # -- answers -------------------------------------------------------------------------------
+    def take_changes(self) -> list[Route]:
+        changed, self.changed = self.changed, []
+        return changed
+
+    def next_hop(self, dest: str) -> str | None:
+        route = self.best.get(dest)
+        return route.via if route else None
+
+    def is_known(self, dest: str) -> bool:
+        return dest == self.host or dest in self.known or DEFAULT in self.static
+
+    def vector_for(self, peer: str) -> dict[str, int]:
+        """The distances to tell `peer`, poisoned where the route goes through it."""
+        out = {self.host: 0}
+        for dest in sorted(self.known):
+            route = self.best[dest]
+            reachable = route.kind in ("learned", "neighbour") and route.via in self.up
+            out[dest] = route.dist if reachable and route.via != peer else INFINITY
+        return out
+
+    def status(self, now: float) -> list[dict]:
+        return [{"to": r.dest, "via": r.via, "distance": r.dist if r.dist < INFINITY else None, "kind": r.kind,
+                 "age": round(now - self._since.get(r.dest, now), 1)} for r in sorted(self.best.values(),
+                                                                                     key=lambda r: r.dest)]
+
+    # -- the choice ----------------------------------------------------------------------------
+    def _choose(self, dest: str) -> Route:
+        if dest in self.static:
+            return Route(dest, self.static[dest], 1 if self.static[dest] == dest else INFINITY, "static")
+        if dest in self.direct_only:
+            return Route(dest, dest, 1, "neighbour")
+        if self.learn:
+            current = self.best.get(dest)
+            candidates = []
+            for peer in self.up:
+                dist = 1 if peer == dest else self.heard.get(peer, {}).get(dest, INFINITY) + 1
+                if dist < INFINITY:
+                    keep = current is not None and current.via == peer
+                    candidates.append((dist, not keep, peer))
+            if candidates:
+                dist, _, peer = min(candidates)
+                return Route(dest, peer, dist, "neighbour" if peer == dest else "learned")
+        if dest in self.neighbours:
+            return Route(dest, dest, 1 if dest in self.up else INFINITY, "neighbour")
+        if DEFAULT in self.static:
+            return Route(dest, self.static[DEFAULT], INFINITY, "default")
+        return Route(dest, None, INFINITY, "none")
+
+    def _recompute(self, now: float) -> list[Change]:
+        """Every route again; the hosts learned for the first time are remembered."""
+        learned = {d for heard in self.heard.values() for d, dist in heard.items() if dist < INFINITY} - self.known
+        learned.discard(self.host)
+        self.known |= learned
+        for dest in self.known:
+            route = self._choose(dest)
+            if self.best.get(dest) != route:
+                self.best[dest] = route
+                self._since[dest] = now
+                self.changed.append(route)
+        return [ch.add_known_host(d) for d in sorted(learned)]
+
+
+def encode_vector(vector: dict[str, int]) -> bytes:
+    """`AA=0 BB=1 DD=16`: ASCII, one token per destination."""
+    return " ".join(f"{d}={n}" for d, n in vector.items()).encode("ascii")
+
+
+def decode_vector(data: bytes) -> dict[str, int]:
+    """Raises ValueError on anything but `HOST=N` tokens of 2-character ids."""
+    out = {}
+    for token in data.decode("ascii").split():
+        host, _, dist = token.partition("=")
+        if len(host) != 2 or not dist.isdigit():
+            raise ValueError(f"bad route token {token!r}")
+        out[host] = int(dist)
+    return out

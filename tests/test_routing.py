@@ -1,0 +1,170 @@
+"""Multi-hop routing in memory (issue 11): the routing table alone, then kernels joined by
+simulated async lines with a virtual clock (tools/hostsim)."""
+from __future__ import annotations
+
+import pytest
+
+from mccs.config import RouteConfig
+from mccs.pairs import PairsIn, Verdict
+from mccs.lists import MSGBLOK
+from mccs.routing import INFINITY, RoutingTable, decode_vector, encode_vector
+from tools.hostsim import SimNet, line
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# -- the table ---------------------------------------------------------------------------------------
+def test_distance_vector_learns_prefers_the_shorter_path_and_poisons_the_reverse():
+    t = RoutingTable("AA", ["BB", "DD"], {}, learn=True)
+    t.line_up("BB", 0)
+    t.line_up("DD", 0)
+    t.advert("BB", {"BB": 0, "CC": 1, "DD": 2}, 1)
+    t.advert("DD", {"DD": 0, "CC": 1, "EE": 3}, 1)
+    assert (t.next_hop("CC"), t.best["CC"].dist) == ("BB", 2)  # a tie keeps the first route, then the lower id
+    assert t.next_hop("EE") == "DD" and t.best["EE"].dist == 4
+    assert t.vector_for("DD")["EE"] == INFINITY  # poisoned reverse: EE is reached through DD
+    assert t.vector_for("BB")["EE"] == 4 and t.vector_for("BB")["AA"] == 0
+    t.line_down("BB", 2)
+    assert t.next_hop("CC") == "DD" and t.next_hop("BB") == "BB"  # the neighbour's messages wait for its line
+    assert t.best["BB"].dist == INFINITY
+
+
+def test_static_routes_win_and_a_default_route_catches_the_rest():
+    t = RoutingTable("AA", ["BB", "CC"], {"DD": "CC", "*": "BB"}, learn=True, known=["EE"])
+    t.line_up("BB", 0)
+    t.line_up("CC", 0)
+    t.advert("BB", {"DD": 1}, 0)
+    assert t.next_hop("DD") == "CC"  # static beats learned
+    assert t.next_hop("EE") == "BB" and t.is_known("ZZ")  # the default route accepts any host
+    static = RoutingTable("AA", ["BB"], {}, learn=False)
+    static.line_up("BB", 0)
+    assert static.advert("BB", {"DD": 1}, 0) == [] and not static.is_known("DD")
+
+
+def test_vectors_on_the_wire_and_bad_ones_refused():
+    assert decode_vector(encode_vector({"AA": 0, "DD": 16})) == {"AA": 0, "DD": 16}
+    for bad in (b"AAA=1", b"AA=x", b"AA", b"\xff=1"):
+        with pytest.raises((ValueError, UnicodeDecodeError)):
+            decode_vector(bad)
+
+
+def test_end_to_end_numbers_hold_back_overtakers_and_drop_copies():
+    into = PairsIn({})
+
+    def blk(pseq, epoch="e1"):
+        return MSGBLOK(pseq, "DDR   ", "AAS   ", pseq, 0, b"", 0.0, 1, pseq, epoch)
+    assert into.arrive(blk(2))[0] is Verdict.HELD
+    verdict, ready, changes = into.arrive(blk(1))
+    assert verdict is Verdict.DELIVER and [b.pseq for b in ready] == [1, 2] and changes
+    assert into.arrive(blk(2))[0] is Verdict.DUPLICATE and into.arrive(blk(1))[0] is Verdict.DUPLICATE
+    assert into.arrive(blk(1, "e2"))[0] is Verdict.DELIVER  # a new epoch of the origin starts again
+
+
+# -- kernels on simulated lines ---------------------------------------------------------------------
+def _net(tmp_path, links: list[str], **keys) -> SimNet:
+    hosts: dict[str, list] = {}
+    for link in links:
+        a, b = link.split("-")
+        hosts.setdefault(a, []).append(line(b))
+        hosts.setdefault(b, []).append(line(a))
+    return SimNet(tmp_path, hosts, **keys)
+
+
+def _routes_converged(net: SimNet) -> bool:
+    return all(h.kernel.routes.next_hop(o) is not None and h.kernel.routes.best[o].dist < INFINITY
+               for h in net.hosts.values() for o in net.hosts if o != h.id)
+
+
+def _drain(client, n: int, net: SimNet) -> list[bytes]:
+    got = []
+    for _ in range(n):
+        reply = client.recv(timeout=30)
+        assert reply["msg"] is not None, f"only {len(got)} of {n} arrived"
+        got.append(reply["msg"]["data"])
+    return got
+
+
+def test_a_chain_learns_every_host_and_carries_both_ways_in_order(tmp_path):
+    net = _net(tmp_path, ["AA-BB", "BB-CC", "CC-DD"])
+    assert net.run(lambda: _routes_converged(net), duration=30)
+    assert net["AA"].kernel.routes.best["DD"].dist == 3
+    src_a, src_d = net.client("AA", "S"), net.client("DD", "S")
+    for i in range(20):
+        src_a.send("DDR", b"a%d" % i)
+        src_d.send("AAR", b"d%d" % i)
+    import base64
+    at_d = [base64.b64decode(x) for x in _drain(net.client("DD", "R"), 20, net)]
+    at_a = [base64.b64decode(x) for x in _drain(net.client("AA", "R"), 20, net)]
+    assert at_d == [b"a%d" % i for i in range(20)] and at_a == [b"d%d" % i for i in range(20)]
+    assert net["BB"].kernel.counters["forwarded"] >= 40 and net["CC"].kernel.counters["forwarded"] >= 40
+    assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=30)
+
+
+def test_a_transit_host_crashing_mid_traffic_loses_and_doubles_nothing(tmp_path):
+    import base64
+    net = _net(tmp_path, ["AA-BB", "BB-CC", "CC-DD"])
+    assert net.run(lambda: _routes_converged(net), duration=30)
+    src = net.client("AA", "S")
+    for i in range(30):
+        src.send("DDR", b"%d" % i)
+        if i in (8, 19):
+            net["CC"].crash()  # kill -9: whatever CC acknowledged is in its checkpoint
+    got = [base64.b64decode(x) for x in _drain(net.client("DD", "R"), 30, net)]
+    assert got == [b"%d" % i for i in range(30)]
+    assert net.client("DD", "R2").recv(wait=False)["msg"] is None
+
+
+def test_a_ring_routes_around_a_cut_line_and_back(tmp_path):
+    import base64
+    net = _net(tmp_path, ["AA-BB", "BB-CC", "CC-DD", "DD-AA"])
+    assert net.run(lambda: _routes_converged(net), duration=30)
+    assert net["AA"].kernel.routes.next_hop("BB") == "BB"
+    src, dst = net.client("AA", "S"), net.client("BB", "R")
+    for i in range(5):
+        src.send("BBR", b"%d" % i)
+    net.channel("AA", "BB").disconnect()
+    for i in range(5, 15):
+        src.send("BBR", b"%d" % i)
+    assert net.run(lambda: net["AA"].kernel.routes.next_hop("BB") == "DD", duration=60)
+    got = [base64.b64decode(x) for x in _drain(dst, 15, net)]
+    assert got == [b"%d" % i for i in range(15)]
+    net.channel("AA", "BB").reconnect()
+    assert net.run(lambda: net["AA"].kernel.routes.next_hop("BB") == "BB", duration=60)
+
+
+def test_unknown_hosts_are_refused_and_a_static_loop_ends_at_the_hop_limit(tmp_path):
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]}, routing="static", hop_limit=4)
+    net["AA"].cfg.routes.append(RouteConfig("ZZ", "BB"))
+    net["BB"].cfg.routes.append(RouteConfig("ZZ", "AA"))
+    for hid in ("AA", "BB"):
+        net[hid].crash()  # restart with the routes
+    assert net.client("AA", "S").send("QQR", b"x")["code"] == "unknown_host"
+    assert net.client("AA", "S2").send("ZZR", b"loop")["ok"]
+    assert net.run(lambda: net["AA"].kernel.counters["hop_limit"] + net["BB"].kernel.counters["hop_limit"],
+                   duration=30)
+    assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=30)
+
+
+def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path):
+    """BB speaks DESIGN.md's version 1 (no FEAT in its sign-on): AA and CC reach it directly,
+    but cannot route through it, and say so at once."""
+    import base64
+
+    from checkpoint.store import Checkpoint
+    from linedrivers import AsyncLine
+    from mccs.kernel import Kernel
+    net = _net(tmp_path, ["AA-BB", "BB-CC"])
+    bb = net["BB"]
+    bb.cp.close()
+    bb.cp = Checkpoint(bb.cfg.checkpoint, "BB", "off")
+    bb.kernel = Kernel(bb.cfg, bb.cp.restore(), lambda lc: AsyncLine("BB", lc.peer, reply_timeout=lc.reply_timeout,
+                                                                     keepalive=lc.keepalive))
+    bb.open_ports()
+    assert net.run(lambda: all(h.kernel.lines[p].state == "UP" for h, p in ((net["AA"], "BB"), (net["CC"], "BB"))))
+    assert not net["AA"].kernel.lines["BB"].routed
+    assert net.client("AA", "S").send("CCR", b"x")["code"] == "unknown_host"
+    s = net.client("AA", "S2")
+    for i in range(5):
+        assert s.send("BBR", b"%d" % i)["ok"]
+    got = [base64.b64decode(x) for x in _drain(net.client("BB", "R"), 5, net)]
+    assert got == [b"%d" % i for i in range(5)]
