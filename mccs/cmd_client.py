@@ -159,4 +159,11 @@ def _print_status(s: dict) -> None:
     for line in s["lines"]:
         extra = "  ".join(f"{k} {v}" for k, v in line.items() if k not in ("peer", "protocol", "state", "counters"))
         print(f"line {line['peer']} {line['protocol']:5} {line['state']:10} {extra}")
+    waiting = s.get("waiting_for", {})
+    for r in s.get("routes", []):
+        distance = "-" if r["distance"] is None else r["distance"]
+        print(f"route {r['to']} via {r['via'] or '-'}  distance {distance}  {r['kind']}  age {r['age']:.0f} s"
+              f"  waiting {waiting.get(r['to'], 0)}")
+    for origin, held in s.get("held_for_order", {}).items():
+        print(f"held for order: {held['held']} from {origin}, waiting for its number {held['next']}")
     print("counters: " + "  ".join(f"{k} {v}" for k, v in sorted(s["counters"].items())))
