@@ -6,6 +6,7 @@ Each constructor here is the one place that knows a table's columns.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -23,7 +24,9 @@ class Table(StrEnum):
     PAIR_IN = "pair_in"  # per origin host: its epoch and the next end-to-end sequence number expected
 
 
-MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch")
+MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch", "expires",
+                   "flags")
+WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "flags")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class Row:
     hops: int = 0  # lines crossed so far (routed messages)
     pseq: int = 0  # end-to-end sequence number of (origin, destination); 0: none yet
     epoch: str = ""  # the origin checkpoint's epoch, with pseq
+    expires: float = 0.0  # wall-clock time at this host after which it no longer waits; 0: never
+    flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class PendingSend:
     to_id: str
     user_id: int
     data: bytes
+    ttl: float = 0.0  # seconds the message may wait once stored; 0: the host's ttl
+    flags: int = 0  # RECEIPT asked
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,17 @@ class Change:
     params: tuple
 
 
+def _insert(table: Table, columns: tuple[str, ...], verb: str = "INSERT") -> str:
+    return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})"
+
+
 def add_block(table: Table, row: Row) -> Change:
-    return Change(f"INSERT INTO {table} ({', '.join(MSGBLOK_COLUMNS)}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                  (row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts, row.hops, row.pseq,
-                   row.epoch))
+    return Change(_insert(table, MSGBLOK_COLUMNS), dataclasses.astuple(row))
+
+
+def set_void(table: Table, seq: int, flags: int) -> Change:
+    """An expired block that keeps its place in its pair's order: its text goes, it never expires."""
+    return Change(f"UPDATE {table} SET data = x'', expires = 0, flags = ? WHERE seq = ?", (flags, seq))
 
 
 def set_pseq(table: Table, seq: int, pseq: int, epoch: str) -> Change:
@@ -79,8 +93,7 @@ def set_meta(key: str, value: str | int) -> Change:
 
 
 def add_waiting(p: PendingSend) -> Change:
-    return Change(f"INSERT OR REPLACE INTO {Table.WAIT_LIST} (req, seq, from_id, to_id, user_id, data) "
-                  "VALUES (?,?,?,?,?,?)", (p.req, p.seq, p.from_id, p.to_id, p.user_id, p.data))
+    return Change(_insert(Table.WAIT_LIST, WAITING_COLUMNS, "INSERT OR REPLACE"), dataclasses.astuple(p))
 
 
 def delete_waiting(req: str) -> Change:

@@ -20,12 +20,14 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .changes import MSGBLOK_COLUMNS, Change, PendingSend, Row, Table
+from .changes import MSGBLOK_COLUMNS, WAITING_COLUMNS, Change, PendingSend, Row, Table
 
 MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes,
-                  "ts": float, "hops": int, "pseq": int, "epoch": str}
+                  "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int}
+WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int, "data": bytes, "ttl": float,
+                  "flags": int}
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SIDE_FILES = ("-wal", "-shm")
 
 
@@ -137,8 +139,7 @@ class Checkpoint:
             db[Table.META].create({"key": str, "value": str}, pk="key")
             db[Table.SEND_LIST].create(MSGBLOK_SCHEMA, pk="seq")
             db[Table.RECV_LIST].create(MSGBLOK_SCHEMA, pk="seq")
-            db[Table.WAIT_LIST].create({"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int,
-                                        "data": bytes}, pk="req")
+            db[Table.WAIT_LIST].create(WAITING_SCHEMA, pk="req")
             db[Table.SEND_DONE].create({"req": str, "seq": int, "msg_id": int, "to_id": str}, pk="req")
             db[Table.SEND_DONE].create_index(["seq"])
             db[Table.DUP_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
@@ -162,13 +163,12 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {self.path} belongs to host {meta.get('host_id')!r}, "
                                   f"not {self.host_id!r}: refusing to open it")
         version = meta.get("schema_version")
-        if version not in ("1", "2", str(SCHEMA_VERSION)):
+        if version not in [str(v) for v in range(1, SCHEMA_VERSION + 1)]:
             raise CheckpointError(f"checkpoint {self.path} has schema version {version!r}, "
                                   f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
-        if version == "1":
-            self._migrate_from_1(conn)
-        if version in ("1", "2"):
-            self._migrate_from_2(conn)
+        for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3)):
+            if int(version) <= since:
+                migrate(conn)
 
     def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
         """Version 2 adds the sent window (seeded from the SENDs remembered for retries, the only
@@ -195,6 +195,18 @@ class Checkpoint:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} "
                                  f"{'TEXT' if column == 'epoch' else 'INTEGER'} NOT NULL DEFAULT {default}")
             self._create_routing_tables(db)
+            conn.execute(f"UPDATE {Table.META} SET value = '3' WHERE key = 'schema_version'")
+
+    def _migrate_from_3(self, conn: sqlite3.Connection) -> None:
+        """Version 4 adds expiry and notices: when each stored message stops waiting, and its flags
+        (receipt asked, a notice, void); a waiting SEND's ttl and flags."""
+        with conn:
+            conn.execute("BEGIN")
+            for table, columns in ((Table.SEND_LIST, ("expires", "flags")), (Table.RECV_LIST, ("expires", "flags")),
+                                   (Table.WAIT_LIST, ("ttl", "flags"))):
+                for column in columns:
+                    kind = "INTEGER" if column == "flags" else "REAL"
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind} NOT NULL DEFAULT 0")
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # -- Initialization -------------------------------------------------------------------
@@ -207,7 +219,7 @@ class Checkpoint:
 
         def keys(table: Table) -> list[tuple[str, int]]:
             return [(h, m) for h, m in q(f"SELECT host, msg_id FROM {table} ORDER BY seq")]
-        waiting = [PendingSend(*r) for r in q(f"SELECT req, seq, from_id, to_id, user_id, data FROM {Table.WAIT_LIST} "
+        waiting = [PendingSend(*r) for r in q(f"SELECT {', '.join(WAITING_COLUMNS)} FROM {Table.WAIT_LIST} "
                                               "ORDER BY seq")]
         meta = dict(q(f"SELECT key, value FROM {Table.META}").fetchall())
         return Restored(rows(Table.SEND_LIST), rows(Table.RECV_LIST), waiting, int(meta["next_msg_id"]),

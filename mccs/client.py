@@ -241,9 +241,13 @@ class Client:
                 self._connect(max(0.0, reconnect_by - time.monotonic()))
 
     # -- the primitives ---------------------------------------------------------------------
-    def send(self, to_id: str, data: bytes, user_id: int = 0, timeout: float | None = None) -> int:
+    def send(self, to_id: str, data: bytes, user_id: int = 0, timeout: float | None = None, *,
+             ttl: float | None = None, receipt: bool = False) -> int:
         """SEND: returns the MSG_ID once the message is durable in the daemon's checkpoint. It may
-        wait for a buffer; with `timeout`, a SEND not stored by then is taken back (NotStored)."""
+        wait for a buffer; with `timeout`, a SEND not stored by then is taken back (NotStored).
+        `ttl`: seconds it may wait on the way (default: the host's `ttl`), after which an
+        undeliverable notice comes back; `receipt`: a delivered notice once its process took it.
+        Notices are messages from the daemon's process MCCS (see README, Notices)."""
         try:
             to_id = process_id(to_id)
         except IdError as e:
@@ -251,7 +255,8 @@ class Client:
         if len(data) > self.max_message:
             raise Refused(f"message of {len(data)} bytes is over the maximum of {self.max_message}", "too_large")
         req = uuid.uuid4().hex
-        request = {"op": "send", "req": req, "to": to_id, "user_id": user_id, "data": b64(bytes(data))}
+        request = {"op": "send", "req": req, "to": to_id, "user_id": user_id, "data": b64(bytes(data)),
+                   **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {})}
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             return self._call(lambda: dict(request), deadline, "patient")["msg_id"]

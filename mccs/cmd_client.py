@@ -29,6 +29,12 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, default=None,
                    help="give up (exit 4, nothing stored) if the message is not stored within S seconds; "
                         "default: wait while the daemon's buffers are full, as long as the daemon answers")
+    p.add_argument("--ttl", type=_seconds, default=None, metavar="S",
+                   help="the message may wait on the way at most S seconds, then it is removed and an "
+                        "undeliverable notice comes back from the host where it waited (default: [host] ttl)")
+    p.add_argument("--receipt", action="store_true",
+                   help="ask for a delivered notice once the destination process has taken the message; "
+                        "notices arrive as messages from HHMCCS (receive them with 'mccs recv')")
 
 
 def _seconds(text: str) -> float:
@@ -93,7 +99,8 @@ def _guard(body):
 def run_send(args) -> int:
     data = sys.stdin.buffer.read() if args.data == "-" else os.fsencode(args.data)
     with _client(args) as client:
-        print(client.send(args.to_id, data, args.user_id, timeout=args.timeout))
+        print(client.send(args.to_id, data, args.user_id, timeout=args.timeout, ttl=args.ttl,
+                          receipt=args.receipt))
     return EXIT_OK
 
 

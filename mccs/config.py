@@ -15,6 +15,8 @@ from pathlib import Path
 
 from linedrivers.ids import IdError, check_host_id, process_name
 
+from . import envelope
+
 
 class ConfigError(ValueError):
     """A bad configuration: the message names the file, the key and the reason."""
@@ -149,7 +151,8 @@ class HostConfig:
     strict_names: bool = False  # only [[process]] names may attach
     disk_reserve: int = 16 * 1024 * 1024  # below this many free bytes, new messages are refused
     routing: str = "auto"  # "auto": learn routes from the neighbours; "static": [[route]]s and neighbours only
-    hop_limit: int = 16  # lines a message may cross; more is a routing loop and it is dropped
+    hop_limit: int = 16  # lines a message may cross; more is a routing loop: it is returned as undeliverable
+    ttl: float = 7 * 24 * 3600.0  # seconds a message may wait on the way before it is returned as undeliverable
     lines: list[LineConfig] = _internal(factory=list)
     routes: list[RouteConfig] = _internal(factory=list)
     processes: list[ProcessConfig] = _internal(factory=list)
@@ -162,11 +165,12 @@ class HostConfig:
             raise ConfigError(f"[host] id: {e}") from None
         _choice("synchronous", self.synchronous, ("full", "normal", "off"))
         _range("buffers", self.buffers, 1, 10_000_000)
-        _range("max_message", self.max_message, 1, 65535 - 11)  # room for the routing envelope
+        _range("max_message", self.max_message, 1, 65535 - envelope.SIZE)  # room for the routing envelope
         _range("trace_max_bytes", self.trace_max_bytes, 4096, 1 << 40)
         _range("disk_reserve", self.disk_reserve, 0, 1 << 40)
         _choice("routing", self.routing, ("auto", "static"))
         _range("hop_limit", self.hop_limit, 1, 16)
+        _range("ttl", self.ttl, 1, envelope.TTL_MAX / 10)
         if self.socket_group:
             try:
                 grp.getgrnam(self.socket_group)

@@ -20,6 +20,7 @@ from .effects import Effects
 from .ipc import b64
 from .lists import MSGBLOK, PRQBLOK, Lists, Sequence
 from .msgids import MsgIds
+from .notices import fields
 from .sessions import Sessions
 
 
@@ -35,9 +36,9 @@ def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
 
 
 class ProcessDispatcher:
-    def __init__(self, host: str, buffers: int, lists: Lists, ids: MsgIds, seqs: Sequence, sessions: Sessions,
-                 counters: Counter):
-        self.host, self.buffers = host, buffers
+    def __init__(self, host: str, buffers: int, ttl: float, lists: Lists, ids: MsgIds, seqs: Sequence,
+                 sessions: Sessions, counters: Counter):
+        self.host, self.buffers, self.ttl = host, buffers, ttl
         self.lists, self.ids, self.seqs, self.sessions, self.counters = lists, ids, seqs, sessions, counters
 
     def run(self, fx: Effects, now: float, wall: float) -> None:
@@ -65,19 +66,19 @@ class ProcessDispatcher:
     def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> None:
         seq = self.seqs.take()
         msg_id, id_changes = self.ids.allocate(host_of(prq.to_id), seq)
-        blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall)
+        blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall,
+                      expires=0.0 if local else wall + (prq.ttl or self.ttl), flags=prq.flags)
         fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk.row()),
                   ch.send_done(prq.req, seq, msg_id, prq.to_id))
         if prq.durable:
             fx.change(ch.delete_waiting(prq.req))
             self.lists.wait.durable_sends -= 1
-        fields = dict(origin=blk.origin, msg_id=msg_id, from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
-        fx.trace("msg", "accepted", **fields)
+        fx.trace("msg", "accepted", **fields(blk))
         self.counters["accepted"] += 1
         if local:
             self.counters["local"] += 1
             self.lists.arrive(blk)
-            fx.trace("msg", "received", **fields)
+            fx.trace("msg", "received", **fields(blk))
         else:
             self.lists.send.add(blk)
         answer(fx, prq, {"ok": True, "msg_id": msg_id, "to": prq.to_id})

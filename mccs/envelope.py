@@ -2,27 +2,35 @@
 
 The line protocols carry an image `TO_ID FROM_ID MSG_ID USER_ID LENGTH MESSAGE` (DESIGN.md 4)
 and know nothing of routing. On a line whose sign-on agreed on the ROUTE feature
-(docs/ROUTING.md), the last 11 bytes counted in LENGTH are this envelope, not message text:
+(docs/ROUTING.md), the last 15 bytes counted in LENGTH are this envelope, not message text:
 
-    'R'(1) HOPS(1) FLAGS(1) EPOCH(4) PSEQ(4)        big-endian
+    'R'(1) HOPS(1) FLAGS(1) EPOCH(4) PSEQ(4) TTL(4)        big-endian
 
 HOPS counts the lines crossed; EPOCH (the origin checkpoint's random epoch) and PSEQ (1, 2, 3,
 ... per origin and destination host) let the destination deliver in order and exactly once,
-whatever path each message took. FLAGS marks a routing update (ADVERT), which is not a message
-for any process.
+whatever path each message took. TTL is the time the message may still wait, in tenths of a
+second (0: no limit): a time left, not a time of day, so the hosts' clocks need not agree.
+FLAGS say what the message is besides text for a process.
 """
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
 from linedrivers import image
 from linedrivers.image import Image, ImageError
 
-TRAILER = struct.Struct(">cBB4sI")
-SIZE = TRAILER.size  # 11
+TRAILER = struct.Struct(">cBB4sII")
+SIZE = TRAILER.size  # 15
 MARK = b"R"
-ADVERT = 0x01
+TTL_MAX = 0xFFFFFFFF  # tenths of a second: 13 years
+
+ADVERT = 0x01  # a routing update, for the next host's routing table, not for a process
+RECEIPT = 0x02  # the sender wants a delivered notice when the destination process has taken it
+NOTICE = 0x04  # a delivered or undeliverable notice: never gets a notice of its own
+VOID = 0x08  # what is left of a message that expired on the way: keeps its place in the order, no text
+CARRIED = RECEIPT | NOTICE | VOID  # the flags a stored message keeps from hop to hop
 
 
 @dataclass(frozen=True)
@@ -31,14 +39,23 @@ class Envelope:
     flags: int = 0
     epoch: str = "00000000"  # 8 hex digits
     pseq: int = 0
+    ttl: int = 0  # tenths of a second left; 0: no limit
 
     @property
     def advert(self) -> bool:
         return bool(self.flags & ADVERT)
 
 
+def ttl_left(expires: float, wall: float) -> int:
+    """The TTL field for a message that expires at `expires` (0: never), at least 1 if any."""
+    if not expires:
+        return 0
+    return min(TTL_MAX, max(1, math.ceil((expires - wall) * 10)))
+
+
 def wrap(to_id: str, from_id: str, msg_id: int, user_id: int, data: bytes, env: Envelope) -> bytes:
-    trailer = TRAILER.pack(MARK, min(env.hops, 255), env.flags, bytes.fromhex(env.epoch or "00000000"), env.pseq)
+    trailer = TRAILER.pack(MARK, min(env.hops, 255), env.flags, bytes.fromhex(env.epoch or "00000000"), env.pseq,
+                           env.ttl)
     return image.encode(to_id, from_id, msg_id, user_id, bytes(data) + trailer)
 
 
@@ -47,10 +64,10 @@ def unwrap(img: bytes, max_message: int) -> tuple[Image, Envelope]:
     m = image.decode(img, max_message + SIZE)
     if len(m.data) < SIZE:
         raise ImageError(f"image of {len(img)} bytes has no routing envelope")
-    mark, hops, flags, epoch, pseq = TRAILER.unpack_from(m.data, len(m.data) - SIZE)
+    mark, hops, flags, epoch, pseq, ttl = TRAILER.unpack_from(m.data, len(m.data) - SIZE)
     if mark != MARK:
         raise ImageError(f"routing envelope mark {mark!r}, not {MARK!r}")
     data = m.data[:-SIZE]
     if len(data) > max_message:
         raise ImageError(f"message of {len(data)} bytes is over the maximum of {max_message}")
-    return Image(m.to_id, m.from_id, m.msg_id, m.user_id, data), Envelope(hops, flags, epoch.hex(), pseq)
+    return Image(m.to_id, m.from_id, m.msg_id, m.user_id, data), Envelope(hops, flags, epoch.hex(), pseq, ttl)

@@ -25,7 +25,10 @@ from .effects import Effects
 from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, Lists, Op, Sequence
 from .machine import LineMachine, make_machine
+from .envelope import RECEIPT, VOID
 from .msgids import KeyWindow, MsgIds
+from .notices import NAME as NOTICE_NAME
+from .notices import Notices, fields
 from .pairs import Pairs, PairsIn, PairsOut
 from .receiver import MessageReceiver
 from .routing import RoutingTable
@@ -56,16 +59,18 @@ class Kernel:
                                    cfg.routing == "auto", state.known_hosts,
                                    {lc.peer for lc in cfg.lines if lc.protocol == "bsc"})
         self._restore(state)
-        self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, self.lists, self.ids, self.seqs, self.sessions,
-                                            self.counters)
+        self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, cfg.ttl, self.lists, self.ids, self.seqs,
+                                            self.sessions, self.counters)
+        self.notices = Notices(self.host, cfg.ttl, self.lists, self.ids, self.seqs, self.counters)
         receiver = MessageReceiver(self.host, cfg.max_message, cfg.hop_limit, self.lists, self.ids, self.dups,
-                                   self.seqs, self.pairs, self.routes, self.counters)
+                                   self.seqs, self.pairs, self.routes, self.notices, self.counters)
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.counters)
         self._now = 0.0
         self._fx = Effects()
         self._sends = 0
+        self._taken: list[MSGBLOK] = []  # confirmed since the last pass, with a receipt asked
 
     def _restore(self, state: Restored) -> None:
         """Initialization: the lists exactly as they were at the last commit."""
@@ -75,7 +80,7 @@ class Kernel:
             self._hold(blk)
         for row in state.recv_list:
             blk = MSGBLOK.from_row(row)
-            if not self.pairs.into.is_held(blk):  # one held for an earlier message stays out of sight
+            if not self.pairs.into.is_held(blk) and not blk.flags & VOID:  # held ones stay out of sight
                 self.lists.arrive(blk)
             self._hold(blk)
         for p in state.wait_list:
@@ -151,6 +156,9 @@ class Kernel:
     # -- process requests -----------------------------------------------------------------------
     def _hello(self, session: Session, rid: object, req: Hello) -> None:
         pid = self.host + req.name
+        if req.name.rstrip() == NOTICE_NAME:
+            raise RequestError("not_permitted", f"process name {NOTICE_NAME!r} is the daemon's own: its notices "
+                                                "come from it")
         if session.name and session.name != pid:  # its waiting RECVs and handed messages belong to that name
             raise RequestError("bad_request", f"this connection is process {session.name.rstrip()!r}; "
                                               "connect again for another name")
@@ -184,7 +192,8 @@ class Kernel:
             raise RequestError("disk_full", f"host {self.host} has no room on its disk for new messages; "
                                             "try again later")
         prq = PRQBLOK(Op.SEND, session.conn, rid, session.name, req.to_id, req.user_id, req.data,
-                      req=req.req or f"{session.conn}.{rid}.{self.seqs.next}")
+                      req=req.req or f"{session.conn}.{rid}.{self.seqs.next}", ttl=req.ttl or 0.0,
+                      flags=RECEIPT if req.receipt else 0)
         self.lists.wait.add_send(prq, host_of(req.to_id) == self.host)
 
     def _recv(self, session: Session, rid: object, req: Recv, now: float) -> None:
@@ -204,9 +213,10 @@ class Kernel:
         self._hold_released(blk)
         fx = self._fx
         fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
-        fx.trace("msg", "delivered", origin=blk.origin, msg_id=blk.msg_id, from_id=blk.from_id, to_id=blk.to_id,
-                 user_id=blk.user_id)
+        fx.trace("msg", "delivered", **fields(blk))
         self.counters["delivered"] += 1
+        if blk.flags & RECEIPT:
+            self._taken.append(blk)  # its delivered notice is made in the pass (it needs the wall clock)
         fx.reply(session.conn, {"id": rid, "ok": True})
 
     def _hold_released(self, blk: MSGBLOK) -> None:
@@ -236,14 +246,20 @@ class Kernel:
         fx, self._fx = self._fx, Effects()
         self._now = now
         self.lines.receive(fx, now, wall)
+        for blk in self._taken:
+            self.notices.delivered(fx, blk, wall)
+        self._taken.clear()
         self.dispatcher.run(fx, now, wall)
+        self.notices.expire(fx, wall)
         self._trim_send_done(fx)
         fx.change(*self.ids.flush())
         if self.seqs.dirty:
             self.seqs.dirty = False
             fx.change(ch.set_meta("next_seq", self.seqs.next))
-        self.lines.send(fx, busy=self.disk_full or len(self.lists.recv) >= self.cfg.buffers)
+        self.lines.send(fx, self.disk_full or len(self.lists.recv) >= self.cfg.buffers, wall)
         fx.wake_at(self.lists.wait.next_deadline())
+        expiry = self.lists.send.next_expiry()
+        fx.wake_at(None if expiry is None else now + max(0.0, expiry - wall))
         fx.wake_at(self.lines.deadline())
         return fx
 

@@ -22,7 +22,6 @@ from checkpoint import changes as ch
 from checkpoint.changes import Table
 from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                          PeerRefused, image)
-from linedrivers.ids import host_of
 
 from . import envelope
 from .config import LineConfig
@@ -31,6 +30,7 @@ from .envelope import Envelope
 from .lists import MSGBLOK, BlockState, Lists, Sequence
 from .machine import ROUTE, LineMachine
 from .msgids import MsgIds
+from .notices import fields
 from .pairs import Pairs
 from .receiver import Arrival, MessageReceiver
 from .routing import INFINITY, RoutingTable, encode_vector
@@ -198,12 +198,11 @@ class Lines:
         if blk.origin == self.host:
             self.ids.release(blk.msg_id)
         fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
-        fx.trace("msg", "acked", lcb.peer, lcb.cfg.protocol, origin=blk.origin, msg_id=blk.msg_id,
-                 from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
+        fx.trace("msg", "acked", lcb.peer, lcb.cfg.protocol, **fields(blk))
         self.counters["acked"] += 1
 
     # -- acknowledgements, busy, the Message-Sender, bytes out ------------------------------------
-    def send(self, fx: Effects, busy: bool) -> None:
+    def send(self, fx: Effects, busy: bool, wall: float) -> None:
         """After the pass's changes: acknowledge, say busy, hand blocks over, collect the bytes.
         The shell writes them only once the changes are committed."""
         for lcb in self.lcbs.values():
@@ -216,7 +215,7 @@ class Lines:
             if lcb.state is LineState.UP:
                 if lcb.routed and self.routes.learn:
                     self._advertise(lcb)
-                self._send_some(lcb, fx)
+                self._send_some(lcb, fx, wall)
             fx.write(lcb.peer, lcb.machine.data_to_send())
             for ev in lcb.machine.events():  # the frames just built are traced in this pass
                 if isinstance(ev, FrameTraced):
@@ -241,7 +240,7 @@ class Lines:
             lcb.machine.send(envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, data,
                                            Envelope(flags=envelope.ADVERT)))
 
-    def _send_some(self, lcb: LineControlBlock, fx: Effects) -> None:
+    def _send_some(self, lcb: LineControlBlock, fx: Effects, wall: float) -> None:
         """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it,
         each destination's in order, taking turns while the machine has room."""
         room = lcb.machine.room()
@@ -254,21 +253,22 @@ class Lines:
         while room > 0 and queues:
             for queue in list(queues):
                 blk = next(queue, None)
-                if blk is None or not self._hand(lcb, blk, fx):
+                if blk is None or not self._hand(lcb, blk, fx, wall):
                     queues.remove(queue)  # empty, or held for the peer's maximum: nothing after it goes
                     continue
                 room -= 1
                 if room <= 0:
                     return
 
-    def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects) -> bool:
+    def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects, wall: float) -> bool:
         if lcb.routed:
             if not blk.pseq and blk.origin == self.host:  # numbered as it first leaves on a routing line
                 blk.pseq, changes = self.pairs.out.number(blk.dest)
                 blk.epoch = self.pairs.epoch
                 fx.change(*changes, ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
             img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data,
-                                Envelope(blk.hops, 0, blk.epoch or "00000000", blk.pseq))
+                                Envelope(blk.hops, blk.flags & envelope.CARRIED, blk.epoch or "00000000", blk.pseq,
+                                         envelope.ttl_left(blk.expires, wall)))
         else:
             img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data)
         try:
@@ -286,8 +286,7 @@ class Lines:
         lcb.active.append(blk)
         if not blk.sent:
             blk.sent = True
-            fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, origin=blk.origin, msg_id=blk.msg_id,
-                     from_id=blk.from_id, to_id=blk.to_id, user_id=blk.user_id)
+            fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, **fields(blk))
         return True
 
     def deadline(self) -> float | None:

@@ -9,6 +9,7 @@ waiting RECVs per process with their deadlines in a heap.
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections import OrderedDict, defaultdict, deque
@@ -38,18 +39,19 @@ class MSGBLOK:
     hops: int = 0  # lines crossed (routed messages)
     pseq: int = 0  # end-to-end number of (origin, destination), 0 until it leaves on a routing line
     epoch: str = ""  # the origin's checkpoint epoch, with pseq
+    expires: float = 0.0  # SEND_LIST: wall-clock time it stops waiting (undeliverable); 0: never
+    flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
     state: BlockState = BlockState.QUEUED
     holder: int | None = None  # RECV_LIST: the connection it was handed to
     sent: bool = False  # SEND_LIST: traced as sent on a line
 
     @classmethod
     def from_row(cls, row: Row) -> "MSGBLOK":
-        return cls(row.seq, row.to_id, row.from_id, row.msg_id, row.user_id, row.data, row.ts, row.hops, row.pseq,
-                   row.epoch)
+        return cls(*dataclasses.astuple(row))
 
     def row(self) -> Row:
         return Row(self.seq, self.to_id, self.from_id, self.msg_id, self.user_id, self.data, self.ts, self.hops,
-                   self.pseq, self.epoch)
+                   self.pseq, self.epoch, self.expires, self.flags)
 
     @property
     def origin(self) -> str:
@@ -80,6 +82,8 @@ class PRQBLOK:
     user_id: int = 0
     data: bytes = b""
     req: str = ""  # SEND: the client's random request id
+    ttl: float = 0.0  # SEND: seconds it may wait once stored (0: the host's ttl)
+    flags: int = 0  # SEND: RECEIPT asked
     seq: int = 0  # SEND: its place on WAIT_LIST, kept in the checkpoint once durable
     wait: bool = True  # RECV: STATUS 0, wait for a message
     deadline: float | None = None  # RECV: give up (answer "nothing") at this monotonic time
@@ -89,10 +93,11 @@ class PRQBLOK:
 
     @classmethod
     def restored(cls, p: PendingSend) -> "PRQBLOK":
-        return cls(Op.SEND, None, None, p.from_id, p.to_id, p.user_id, p.data, req=p.req, seq=p.seq, durable=True)
+        return cls(Op.SEND, None, None, p.from_id, p.to_id, p.user_id, p.data, req=p.req, ttl=p.ttl, flags=p.flags,
+                   seq=p.seq, durable=True)
 
     def pending(self) -> PendingSend:
-        return PendingSend(self.req, self.seq, self.from_id, self.to_id, self.user_id, self.data)
+        return PendingSend(self.req, self.seq, self.from_id, self.to_id, self.user_id, self.data, self.ttl, self.flags)
 
     def answers(self) -> list[tuple[int, object]]:
         """Every (connection, request id) waiting for this request's reply."""
@@ -100,11 +105,14 @@ class PRQBLOK:
 
 
 class SendList:
-    """SEND_LIST, per destination host: the Message-Sender serves each line in order."""
+    """SEND_LIST, per destination host: the Message-Sender serves each line in order. The blocks
+    that may expire are also in a heap by their time, so finding the expired ones costs nothing
+    while none is due."""
 
     def __init__(self):
         self._by_dest: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self._count = 0
+        self._expiring: list[tuple[float, int, MSGBLOK]] = []
 
     def __len__(self) -> int:
         return self._count
@@ -112,6 +120,28 @@ class SendList:
     def add(self, blk: MSGBLOK) -> None:
         self._by_dest[blk.dest][blk.seq] = blk
         self._count += 1
+        if blk.expires:
+            heapq.heappush(self._expiring, (blk.expires, blk.seq, blk))
+
+    def expired(self, wall: float) -> list[MSGBLOK]:
+        """Blocks still here whose time has passed and that no line holds. One a line holds is
+        looked at again a second later: if its acknowledgement comes, it has left."""
+        due, busy = [], []
+        while self._expiring and self._expiring[0][0] <= wall:
+            entry = heapq.heappop(self._expiring)
+            blk = entry[2]
+            if self._by_dest.get(blk.dest, {}).get(blk.seq) is not blk or not blk.expires:
+                continue
+            if blk.state is BlockState.IN_FLIGHT:
+                busy.append((wall + 1.0, blk.seq, blk))
+            else:
+                due.append(blk)
+        for entry in busy:
+            heapq.heappush(self._expiring, entry)
+        return due
+
+    def next_expiry(self) -> float | None:
+        return self._expiring[0][0] if self._expiring else None
 
     def remove(self, blk: MSGBLOK) -> None:
         bucket = self._by_dest.get(blk.dest)

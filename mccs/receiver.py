@@ -20,9 +20,10 @@ from linedrivers.image import Image
 
 from . import envelope, routing
 from .effects import Effects
-from .envelope import Envelope
+from .envelope import CARRIED, VOID, Envelope
 from .lists import MSGBLOK, Lists, Sequence
 from .msgids import KeyWindow, MsgIds
+from .notices import Notices, fields
 from .pairs import Pairs, Verdict
 
 log = logging.getLogger("mccs.receiver")
@@ -38,10 +39,11 @@ class Arrival:
 
 class MessageReceiver:
     def __init__(self, host: str, max_message: int, hop_limit: int, lists: Lists, ids: MsgIds, dups: KeyWindow,
-                 seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, counters: collections.Counter):
+                 seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, notices: Notices,
+                 counters: collections.Counter):
         self.host, self.max_message, self.hop_limit = host, max_message, hop_limit
         self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
-        self.pairs, self.routes, self.counters = pairs, routes, counters
+        self.pairs, self.routes, self.notices, self.counters = pairs, routes, notices, counters
 
     def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
         try:
@@ -59,10 +61,6 @@ class MessageReceiver:
         else:
             self._by_window(src, m, fx, wall)
 
-    @staticmethod
-    def _fields(m: Image | MSGBLOK) -> dict:
-        return dict(origin=host_of(m.from_id), msg_id=m.msg_id, from_id=m.from_id, to_id=m.to_id, user_id=m.user_id)
-
     def _by_window(self, src: Arrival, m: Image, fx: Effects, wall: float) -> None:
         """DESIGN.md's rule: a key among the last ones received from its origin is a duplicate."""
         if m.key in self.dups:
@@ -71,7 +69,7 @@ class MessageReceiver:
         blk = self._block(src, m, Envelope(), wall)
         fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
         self.lists.arrive(blk)
-        fx.trace("msg", "received", src.peer, src.proto, **self._fields(m))
+        fx.trace("msg", "received", src.peer, src.proto, **fields(m))
 
     def _in_order(self, src: Arrival, m: Image, env: Envelope, fx: Effects, wall: float) -> None:
         """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
@@ -85,33 +83,40 @@ class MessageReceiver:
             self._duplicate(src, m, fx)
         else:
             fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
-            fx.trace("msg", "received", src.peer, src.proto, hops=env.hops + 1, **self._fields(m))
+            if not blk.flags & VOID:
+                fx.trace("msg", "received", src.peer, src.proto, hops=env.hops + 1, **fields(m))
             if verdict is Verdict.HELD:
                 self.counters["held_for_order"] += 1
         fx.change(*changes)
         for ready_blk in ready:
-            self.lists.arrive(ready_blk)
+            if ready_blk.flags & VOID:  # expired on the way: its place is passed, nothing to take
+                self.counters["voids"] += 1
+                fx.change(ch.delete_block(Table.RECV_LIST, ready_blk.seq))
+            else:
+                self.lists.arrive(ready_blk)
 
     def _forward(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, wall: float) -> None:
-        """Store and forward: on SEND_LIST for the next hop, acknowledged once stored here."""
-        fields = self._fields(m)
+        """Store and forward: on SEND_LIST for the next hop, acknowledged once stored here. One
+        that reached the hop limit is returned, and goes on as a void if its place is needed."""
         if env is None:  # a version-1 peer cannot mean this: it sends only to its neighbour
             src.counters["misrouted"] += 1
             log.warning("%s: dropped a message for %s from %s: not for this host", self.host, m.to_id, src.peer)
             return
-        if env.hops + 1 >= self.hop_limit:
-            self.counters["hop_limit"] += 1
-            fx.trace("msg", "expired", src.peer, src.proto, reason="hop limit", hops=env.hops + 1, **fields)
-            log.warning("%s: dropped %s/%d for %s after %d hops (hop_limit %d): a routing loop?", self.host,
-                        fields["origin"], m.msg_id, m.to_id.rstrip(), env.hops + 1, self.hop_limit)
-            return
         blk = self._block(src, m, env, wall, hops=env.hops + 1)
+        if blk.hops >= self.hop_limit:
+            self.counters["hop_limit"] += 1
+            log.warning("%s: %s/%d for %s reached the hop limit (%d) coming from %s: a routing loop?", self.host,
+                        blk.origin, m.msg_id, m.to_id.rstrip(), self.hop_limit, src.peer)
+            if not self.notices.returned(fx, blk, f"it reached the hop limit of {self.hop_limit} at {self.host}",
+                                         "hop limit", wall):
+                return
+            blk.hops = 0  # the void of a looping message gets one more round to reach its destination
         self.lists.send.add(blk)
         if blk.origin == self.host:  # came back round: its MSG_ID is in use here again
             self.ids.hold(blk.msg_id)
         fx.change(ch.add_block(Table.SEND_LIST, blk.row()))
         fx.trace("msg", "forwarded", src.peer, src.proto, via=self.routes.next_hop(blk.dest), hops=blk.hops,
-                 **fields)
+                 **fields(blk))
         self.counters["forwarded"] += 1
 
     def _advert(self, src: Arrival, m: Image, fx: Effects, now: float) -> None:
@@ -127,8 +132,9 @@ class MessageReceiver:
         src.counters["received"] += 1
         self.counters["received"] += 1
         return MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
-                       env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "")
+                       env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
+                       wall + env.ttl / 10 if env.ttl else 0.0, env.flags & CARRIED)
 
     def _duplicate(self, src: Arrival, m: Image, fx: Effects) -> None:
         src.counters["duplicates"] += 1
-        fx.trace("msg", "duplicate", src.peer, src.proto, **self._fields(m))
+        fx.trace("msg", "duplicate", src.peer, src.proto, **fields(m))

@@ -33,6 +33,8 @@ class Send:
     data: bytes
     user_id: int
     req: str  # the client's random request id ("" = none given)
+    ttl: float | None = None  # seconds it may wait on the way (None: the host's ttl)
+    receipt: bool = False  # a delivered notice when the destination process has taken it
 
 
 @dataclass(frozen=True)
@@ -129,18 +131,23 @@ def _hello(req: dict) -> Hello:
         raise RequestError("bad_id", str(e)) from None
 
 
+def _seconds(req: dict, key: str, low: float = 0.0) -> float | None:
+    value = _field(req, key, (int, float))
+    if value is not None and not (math.isfinite(value) and value >= low):
+        raise RequestError("bad_request", f"{key} {value!r} is not a finite number of seconds >= {low:g}")
+    return None if value is None else float(value)
+
+
 def _send(req: dict) -> Send:
-    return Send(_id(_field(req, "to", str, required=True), "to"), _data(req),
-                _user_id(req), _req(req))
+    ttl = _seconds(req, "ttl", 0.1)
+    return Send(_id(_field(req, "to", str, required=True), "to"), _data(req), _user_id(req), _req(req), ttl,
+                _field(req, "receipt", bool, False))
 
 
 def _recv(req: dict) -> Recv:
     from_id = _field(req, "from", str, "")
-    timeout = _field(req, "timeout", (int, float))
-    if timeout is not None and not (math.isfinite(timeout) and timeout >= 0):
-        raise RequestError("bad_request", f"timeout {timeout!r} is not a finite number of seconds >= 0")
     return Recv(_id(from_id, "from") if from_id.strip() else "", _user_id(req), _field(req, "wait", bool, True),
-                None if timeout is None else float(timeout))
+                _seconds(req, "timeout"))
 
 
 def _confirm(req: dict) -> Confirm:

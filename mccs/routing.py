@@ -87,7 +87,7 @@ class RoutingTable:
 
     def next_hop(self, dest: str) -> str | None:
         route = self.best.get(dest)
-        return route.via if route else None
+        return route.via if route else self.static.get(DEFAULT)
 
     def is_known(self, dest: str) -> bool:
         return dest == self.host or dest in self.known or DEFAULT in self.static
@@ -102,9 +102,11 @@ class RoutingTable:
         return out
 
     def status(self, now: float) -> list[dict]:
+        """Every route, and the default route (to "*") last if there is one."""
+        default = [Route(DEFAULT, self.static[DEFAULT], INFINITY, "default")] if DEFAULT in self.static else []
         return [{"to": r.dest, "via": r.via, "distance": r.dist if r.dist < INFINITY else None, "kind": r.kind,
-                 "age": round(now - self._since.get(r.dest, now), 1)} for r in sorted(self.best.values(),
-                                                                                     key=lambda r: r.dest)]
+                 "age": round(now - self._since.get(r.dest, now), 1)}
+                for r in sorted(self.best.values(), key=lambda r: r.dest) + default]
 
     # -- the choice ----------------------------------------------------------------------------
     def _choose(self, dest: str) -> Route:

@@ -139,10 +139,13 @@ def test_unknown_hosts_are_refused_and_a_static_loop_ends_at_the_hop_limit(tmp_p
     for hid in ("AA", "BB"):
         net[hid].crash()  # restart with the routes
     assert net.client("AA", "S").send("QQR", b"x")["code"] == "unknown_host"
-    assert net.client("AA", "S2").send("ZZR", b"loop")["ok"]
-    assert net.run(lambda: net["AA"].kernel.counters["hop_limit"] + net["BB"].kernel.counters["hop_limit"],
-                   duration=30)
+    src = net.client("AA", "S2")
+    msg_id = src.send("ZZR", b"loop")["msg_id"]
+    n = _notice(src.recv(timeout=30))
+    assert (n["notice"], n["msg_id"]) == ("undeliverable", msg_id) and "hop limit of 4" in n["reason"]
     assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=30)
+    limits = net["AA"].kernel.counters["hop_limit"] + net["BB"].kernel.counters["hop_limit"]
+    assert limits == 2 and src.recv(wait=False)["msg"] is None  # the message, then its void: one notice
 
 
 def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path):
@@ -168,3 +171,88 @@ def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path)
         assert s.send("BBR", b"%d" % i)["ok"]
     got = [base64.b64decode(x) for x in _drain(net.client("BB", "R"), 5, net)]
     assert got == [b"%d" % i for i in range(5)]
+
+
+# -- expiry, notices, receipts ----------------------------------------------------------------------
+def _notice(reply: dict) -> dict:
+    """The notice a RECV got: its JSON text, with the FROM_ID and USER_ID it came under."""
+    import base64
+    import json
+    msg = reply["msg"]
+    assert msg is not None, "no notice came"
+    return {**json.loads(base64.b64decode(msg["data"])), "from_id": msg["from_id"].rstrip(), "user_id": msg["user_id"]}
+
+
+def test_a_message_that_outlives_its_ttl_at_a_transit_host_comes_back_undeliverable(tmp_path):
+    import base64
+    net = _net(tmp_path, ["AA-BB", "BB-CC"])
+    assert net.run(lambda: _routes_converged(net), duration=30)
+    net.channel("BB", "CC").disconnect()  # CC is away for longer than the message may wait
+    src = net.client("AA", "S")
+    msg_id = src.send("CCR", b"late", ttl=5)["msg_id"]
+    assert net.run(lambda: net["BB"].kernel.counters["forwarded"], duration=10)
+    n = _notice(src.recv(from_id="BBMCCS", timeout=60))  # once the line to CC is found down
+    assert (n["notice"], n["msg_id"], n["user_id"], n["to_id"].rstrip()) == ("undeliverable", msg_id, msg_id, "CCR")
+    assert "ttl" in n["reason"] and n["from_id"] == "BBMCCS"
+    net.channel("BB", "CC").reconnect()
+    src.send("CCR", b"after")
+    dst = net.client("CC", "R")
+    assert base64.b64decode(_drain(dst, 1, net)[0]) == b"after"  # the void kept its place: nothing waits for it
+    assert dst.recv(wait=False)["msg"] is None and net["CC"].kernel.counters["voids"] == 1
+    assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=30)
+
+
+def test_a_message_that_cannot_leave_its_origin_in_time_is_returned_by_its_own_host(tmp_path):
+    net = _net(tmp_path, ["AA-BB"])
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state == "UP", duration=10)
+    net.channel("AA", "BB").disconnect()
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state == "DOWN", duration=60)
+    src = net.client("AA", "S")
+    msg_id = src.send("BBR", b"x", ttl=2)["msg_id"]
+    n = _notice(src.recv(timeout=10))
+    assert (n["notice"], n["msg_id"], n["from_id"]) == ("undeliverable", msg_id, "AAMCCS")
+    net.channel("AA", "BB").reconnect()
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state == "UP", duration=30)
+    assert net.client("BB", "R").recv(timeout=5)["msg"] is None  # never delivered after it was returned
+
+
+def test_receipts_come_back_across_three_hops_through_a_crash_of_a_transit_host(tmp_path):
+    net = _net(tmp_path, ["AA-BB", "BB-CC", "CC-DD"])
+    assert net.run(lambda: _routes_converged(net), duration=30)
+    src = net.client("AA", "S")
+    ids = [src.send("DDR", b"%d" % i, receipt=True)["msg_id"] for i in range(3)]
+    src.send("DDR", b"no receipt")
+    dst = net.client("DD", "R")
+    for _ in range(4):
+        assert dst.recv(timeout=30)["msg"] is not None
+        net["CC"].crash()  # kill -9 of the transit host while the receipts travel back
+    notices = [_notice(src.recv(from_id="DDMCCS", timeout=30)) for _ in ids]
+    assert [(n["notice"], n["msg_id"]) for n in notices] == [("delivered", i) for i in ids]
+    assert all(n["reason"] == "taken by DDR" and n["to_id"].rstrip() == "DDR" for n in notices)
+    assert src.recv(timeout=5)["msg"] is None  # no receipt unasked, no notice twice
+
+
+def test_a_receipt_for_a_local_message_and_the_daemons_name_is_its_own(tmp_path):
+    net = _net(tmp_path, ["AA-BB"])
+    src = net.client("AA", "S")
+    msg_id = src.send("AAR", b"here", receipt=True)["msg_id"]
+    assert net.client("AA", "R").recv(timeout=5)["msg"]["msg_id"] == msg_id
+    n = _notice(src.recv(timeout=5))
+    assert (n["notice"], n["msg_id"], n["from_id"]) == ("delivered", msg_id, "AAMCCS")
+    assert net.client("AA", None).ask({"op": "hello", "name": "MCCS"})["code"] == "not_permitted"
+
+
+def test_a_notice_that_cannot_get_back_expires_without_a_notice_of_its_own(tmp_path):
+    net = _net(tmp_path, ["AA-BB", "BB-CC"], ttl=3)
+    assert net.run(lambda: _routes_converged(net), duration=30)
+    net.channel("BB", "CC").disconnect()
+    src = net.client("AA", "S")
+    src.send("CCR", b"x")
+    assert net.run(lambda: net["BB"].kernel.counters["forwarded"], duration=10)
+    net.channel("AA", "BB").disconnect()
+    assert net.run(lambda: net["BB"].kernel.counters["expired"] == 2, duration=120)  # the message, then its notice
+    assert net["BB"].kernel.counters["notices"] == 1
+    net.channel("AA", "BB").reconnect()
+    net.channel("BB", "CC").reconnect()  # the voids travel on and fill their places
+    assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=120)
+    assert net.client("CC", "R").recv(wait=False)["msg"] is None and src.recv(wait=False)["msg"] is None

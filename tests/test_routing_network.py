@@ -1,6 +1,8 @@
 """Multi-hop routing between real daemon processes over real pseudo-terminals (issue 11)."""
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 
@@ -14,16 +16,23 @@ from mccs.testbed.vserial import Lines
 BAUD = 115200
 
 
-def _chain(tmp_path, hosts: list[str]) -> tuple[Lines, dict[str, DaemonProcess]]:
+@contextlib.contextmanager
+def _chain(tmp_path, hosts: list[str], routes: dict[str, list[dict]] | None = None, **host_keys):
+    """Daemons joined in a chain by async vserial lines, stopped at the end."""
     links = [f"{a}-{b}" for a, b in zip(hosts, hosts[1:])]
-    vl = Lines(str(tmp_path / "dev"), links, baud=BAUD).__enter__()
     keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
-    daemons = {}
-    for i, h in enumerate(hosts):
-        peers = hosts[max(0, i - 1):i] + hosts[i + 1:i + 2]
-        daemons[h] = DaemonProcess(write_config(tmp_path, h, [{"peer": p, "port": vl.port(h, p), **keys}
-                                                             for p in peers])).start()
-    return vl, daemons
+    daemons: dict[str, DaemonProcess] = {}
+    with Lines(str(tmp_path / "dev"), links, baud=BAUD) as vl:
+        try:
+            for i, h in enumerate(hosts):
+                peers = hosts[max(0, i - 1):i] + hosts[i + 1:i + 2]
+                lines = [{"peer": p, "port": vl.port(h, p), **keys} for p in peers]
+                daemons[h] = DaemonProcess(write_config(tmp_path, h, lines, (routes or {}).get(h, []),
+                                                        **host_keys)).start()
+            yield daemons
+        finally:
+            for daemon in daemons.values():
+                daemon.stop()
 
 
 def _wait_route(d: DaemonProcess, to: str, timeout: float = 30.0) -> dict:
@@ -39,8 +48,7 @@ def _wait_route(d: DaemonProcess, to: str, timeout: float = 30.0) -> dict:
 
 @pytest.mark.timeout(180)
 def test_a_chain_of_four_carries_both_ways_through_a_kill9_of_a_transit_host(tmp_path):
-    vl, d = _chain(tmp_path, ["AA", "BB", "CC", "DD"])
-    try:
+    with _chain(tmp_path, ["AA", "BB", "CC", "DD"]) as d:
         route = _wait_route(d["AA"], "DD")
         assert (route["via"], route["distance"], route["kind"]) == ("BB", 3, "learned") and route["age"] >= 0
         _wait_route(d["DD"], "AA")
@@ -68,10 +76,6 @@ def test_a_chain_of_four_carries_both_ways_through_a_kill9_of_a_transit_host(tmp
             assert got == [b"%s %d" % (src.encode(), i) for i in range(count)]
         with mccs.connect(d["BB"].config, None) as admin:
             assert admin.status()["counters"]["forwarded"] > 0
-    finally:
-        for daemon in d.values():
-            daemon.stop()
-        vl.close()
 
 
 @pytest.mark.timeout(300)
@@ -80,3 +84,60 @@ def test_loopback_ring_routes_between_any_hosts_through_cuts_and_kills(tmp_path)
                             disconnect_every=0.6, disconnect_for=1.5, timeout=240, dir=str(tmp_path), quiet=True))
     assert v["sent"] == 1000 and v["kills"] >= 2 and v["disconnects"] >= 2, v
     assert (v["lost"], v["duplicated"], v["out_of_order"], v["unexpected"]) == (0, 0, 0, 0), v
+
+
+def _notices(c, count: int, timeout: float = 60.0) -> list[tuple[str, dict]]:
+    """(FROM_ID, JSON text) of the next `count` notices for this process."""
+    got = []
+    while len(got) < count and (m := c.recv(timeout=timeout)) is not None:
+        got.append((m.from_id.rstrip(), json.loads(m.data)))
+    return got
+
+
+@pytest.mark.timeout(240)
+def test_receipts_cross_three_hops_through_kill9_of_every_host_and_a_stopped_host_returns_late_messages(tmp_path):
+    with _chain(tmp_path, ["AA", "BB", "CC", "DD"]) as d:
+        _wait_route(d["AA"], "DD")
+        _wait_route(d["DD"], "AA")
+        with mccs.connect(d["AA"].config, "S") as s:
+            ids = [s.send("DDR", b"%d" % i, receipt=True) for i in range(4)]
+            with mccs.connect(d["DD"].config, "R") as r:
+                assert [r.recv(timeout=60).data for _ in ids] == [b"%d" % i for i in range(4)]
+            for host in ("DD", "CC", "BB"):  # every host the receipts cross dies once on their way back
+                d[host].kill()
+                d[host].start()
+        with mccs.connect(d["AA"].config, "S") as s:
+            got = _notices(s, len(ids))
+            assert [(f, n["notice"], n["msg_id"]) for f, n in got] == [("DDMCCS", "delivered", i) for i in ids]
+            assert s.recv(timeout=1) is None  # each once
+
+            d["DD"].stop()  # DD is away longer than the next message may wait
+            late = s.send("DDR", b"late", ttl=3)
+            (f, n), = _notices(s, 1)
+            assert (n["notice"], n["msg_id"], n["to_id"].rstrip()) == ("undeliverable", late, "DDR"), n
+            assert f in ("AAMCCS", "BBMCCS", "CCMCCS") and "ttl" in n["reason"]
+            d["DD"].start()
+            _wait_route(d["AA"], "DD")
+            s.send("DDR", b"after")
+        with mccs.connect(d["DD"].config, "R") as r:
+            assert r.recv(timeout=60).data == b"after" and r.recv(timeout=1) is None  # never the late one
+
+
+@pytest.mark.timeout(120)
+def test_static_and_default_routes_carry_and_a_static_loop_returns_the_message_at_the_hop_limit(tmp_path):
+    routes = {"AA": [{"to": "*", "via": "BB"}], "BB": [{"to": "ZZ", "via": "AA"}], "CC": [{"to": "*", "via": "BB"}]}
+    with _chain(tmp_path, ["AA", "BB", "CC"], routes, routing="static", hop_limit=4) as d:
+        with mccs.connect(d["AA"].config, "S") as s, mccs.connect(d["CC"].config, "S") as t:
+            s.send("CCR", b"by the default route")
+            t.send("AAR", b"and back")
+            loop = s.send("ZZR", b"round and round")  # BB sends ZZ back to AA, whose default is BB
+            with mccs.connect(d["CC"].config, "R") as r:
+                assert r.recv(timeout=30).data == b"by the default route"
+            with mccs.connect(d["AA"].config, "R") as r:
+                assert r.recv(timeout=30).data == b"and back"
+            (f, n), = _notices(s, 1)
+            assert (n["notice"], n["msg_id"]) == ("undeliverable", loop) and "hop limit of 4" in n["reason"], n
+            assert s.recv(timeout=2) is None  # one notice, whichever host it stopped at
+        with mccs.connect(d["AA"].config, None) as admin:
+            routes_aa = {r["to"]: r for r in admin.status()["routes"]}
+        assert (routes_aa["*"]["via"], routes_aa["*"]["kind"]) == ("BB", "default") and "CC" not in routes_aa

@@ -22,15 +22,17 @@ def _toml_value(value) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def write_config(directory: str | os.PathLike, host: str, lines: list[dict] = (), **host_keys) -> Path:
+def write_config(directory: str | os.PathLike, host: str, lines: list[dict] = (), routes: list[dict] = (),
+                 **host_keys) -> Path:
     """Write `<directory>/<host>.toml` with socket, checkpoint and trace_dir beside it."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     keys = {"id": host, "socket": f"run/{host}.sock", "checkpoint": f"{host}.db", "trace_dir": f"trace/{host}",
             **host_keys}
     text = ["[host]"] + [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
-    for line in lines:
-        text += ["", "[[line]]"] + [f"{k} = {_toml_value(v)}" for k, v in line.items()]
+    for table, entries in (("line", lines), ("route", routes)):
+        for entry in entries:
+            text += ["", f"[[{table}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
     path = directory / f"{host}.toml"
     path.write_text("\n".join(text) + "\n")
     return path

@@ -1,0 +1,87 @@
+"""Expiry and notices: a message that cannot arrive in time is returned, and a sender that asked
+is told when its message was taken.
+
+A message waits on the way at most its ttl (`[host] ttl`, or per SEND). One whose time passes on
+a SEND_LIST (at its origin or at a transit host), or that reaches the hop limit, is removed and
+an *undeliverable* notice goes back to its sender; one sent with `receipt` gets a *delivered*
+notice once the destination process has confirmed its RECV. A notice is an ordinary message
+from the host's daemon (FROM_ID host + `MCCS`, USER_ID the MSG_ID it is about, JSON text), so
+it is routed, stored and deduplicated like any other, and never gets a notice of its own.
+
+A message that already has its end-to-end number (PSEQ) may have a successor on the way whose
+delivery waits for it; it is therefore not dropped but turned into a VOID: no text, no ttl, the
+same place in the (origin, destination) order. It travels on, and the destination skips it.
+"""
+from __future__ import annotations
+
+import collections
+import json
+
+from checkpoint import changes as ch
+from checkpoint.changes import Table
+from linedrivers.ids import host_of
+
+from .effects import Effects
+from .envelope import NOTICE, VOID
+from .lists import MSGBLOK, Lists, Sequence
+from .msgids import MsgIds
+
+NAME = "MCCS"  # the daemon's own process name: notices come from it, no process may take it
+
+
+def fields(m: MSGBLOK) -> dict:
+    """A message's identity in trace events."""
+    return dict(origin=m.origin, msg_id=m.msg_id, from_id=m.from_id, to_id=m.to_id, user_id=m.user_id)
+
+
+class Notices:
+    def __init__(self, host: str, ttl: float, lists: Lists, ids: MsgIds, seqs: Sequence,
+                 counters: collections.Counter):
+        self.host, self.ttl = host, ttl
+        self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
+
+    def expire(self, fx: Effects, wall: float) -> None:
+        """Every block on SEND_LIST whose time has passed, in the pass."""
+        for blk in self.lists.send.expired(wall):
+            if self.returned(fx, blk, f"its ttl passed while it waited at {self.host}", "ttl", wall):
+                fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags))
+            else:
+                self.lists.send.remove(blk)
+                if blk.origin == self.host:
+                    self.ids.release(blk.msg_id)
+                fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
+
+    def returned(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> bool:
+        """A message that will not be delivered: traced, its sender told, and turned into a VOID
+        if its place in the order must be kept (True: it goes on as a void)."""
+        self.counters["expired"] += 1
+        fx.trace("msg", "expired", reason=why, hops=blk.hops, **fields(blk))
+        if not blk.flags & (NOTICE | VOID):
+            self._notice(fx, blk, "undeliverable", reason, wall)
+        if not blk.pseq or blk.flags & VOID:
+            return False
+        blk.data, blk.expires, blk.flags = b"", 0.0, VOID
+        return True
+
+    def delivered(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:
+        """Its process confirmed the RECV of a message sent with `receipt`."""
+        if not blk.flags & NOTICE:
+            self._notice(fx, blk, "delivered", f"taken by {blk.to_id.rstrip()}", wall)
+
+    def _notice(self, fx: Effects, about: MSGBLOK, kind: str, reason: str, wall: float) -> None:
+        to_id = about.from_id
+        local = host_of(to_id) == self.host
+        seq = self.seqs.take()
+        msg_id, id_changes = self.ids.allocate(host_of(to_id), seq)
+        text = json.dumps({"notice": kind, "msg_id": about.msg_id, "to_id": about.to_id, "reason": reason,
+                           "at": round(wall, 3)}).encode()
+        blk = MSGBLOK(seq, to_id, self.host + NAME, msg_id, about.msg_id, text, wall,
+                      expires=0.0 if local else wall + self.ttl, flags=NOTICE)
+        fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk.row()))
+        fx.trace("msg", "accepted", notice=kind, **fields(blk))
+        self.counters["notices"] += 1
+        if local:
+            self.lists.arrive(blk)
+            fx.trace("msg", "received", notice=kind, **fields(blk))
+        else:
+            self.lists.send.add(blk)
