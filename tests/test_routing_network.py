@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,11 +16,14 @@ from mccs.testbed.loopback import Options, run_network, timers
 from mccs.testbed.vserial import Lines
 
 BAUD = 115200
+V1_DAEMON = Path(__file__).with_name("v1_daemon.py")
 
 
 @contextlib.contextmanager
-def _chain(tmp_path, hosts: list[str], routes: dict[str, list[dict]] | None = None, **host_keys):
-    """Daemons joined in a chain by async vserial lines, stopped at the end."""
+def _chain(tmp_path, hosts: list[str], routes: dict[str, list[dict]] | None = None, v1: tuple[str, ...] = (),
+           **host_keys):
+    """Daemons joined in a chain by async vserial lines, stopped at the end; those in `v1` speak
+    DESIGN.md's version 1 (no routing)."""
     links = [f"{a}-{b}" for a, b in zip(hosts, hosts[1:])]
     keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
     daemons: dict[str, DaemonProcess] = {}
@@ -27,8 +32,8 @@ def _chain(tmp_path, hosts: list[str], routes: dict[str, list[dict]] | None = No
             for i, h in enumerate(hosts):
                 peers = hosts[max(0, i - 1):i] + hosts[i + 1:i + 2]
                 lines = [{"peer": p, "port": vl.port(h, p), **keys} for p in peers]
-                daemons[h] = DaemonProcess(write_config(tmp_path, h, lines, (routes or {}).get(h, []),
-                                                        **host_keys)).start()
+                daemons[h] = DaemonProcess(write_config(tmp_path, h, lines, (routes or {}).get(h, []), **host_keys),
+                                           program=[sys.executable, str(V1_DAEMON)] if h in v1 else None).start()
             yield daemons
         finally:
             for daemon in daemons.values():
@@ -141,3 +146,30 @@ def test_static_and_default_routes_carry_and_a_static_loop_returns_the_message_a
         with mccs.connect(d["AA"].config, None) as admin:
             routes_aa = {r["to"]: r for r in admin.status()["routes"]}
         assert (routes_aa["*"]["via"], routes_aa["*"]["kind"]) == ("BB", "default") and "CC" not in routes_aa
+
+
+@pytest.mark.timeout(120)
+def test_a_version1_peer_carries_direct_traffic_and_a_host_never_heard_of_is_refused_at_once(tmp_path):
+    with _chain(tmp_path, ["AA", "BB", "CC"], v1=("BB",)) as d:
+        for h, peer in (("AA", "BB"), ("CC", "BB")):
+            with mccs.connect(d[h].config, None) as admin:
+                deadline = time.monotonic() + 30
+                while (line := admin.status()["lines"][0])["state"] != "UP" and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            assert (line["peer"], line["state"], line["routing"]) == (peer, "UP", False)
+        with mccs.connect(d["AA"].config, "S") as s:
+            with pytest.raises(mccs.Refused) as e:
+                s.send("CCR", b"no way through an old host")  # CC is never advertised by BB
+            assert e.value.code == "unknown_host"
+            with pytest.raises(mccs.Refused):
+                s.send("QQR", b"never heard of")
+            ids = [s.send("BBR", b"%d" % i) for i in range(5)]
+        with mccs.connect(d["BB"].config, "R") as r:
+            got = [r.recv(timeout=30) for _ in ids]
+            assert [(m.msg_id, m.data) for m in got] == [(i, b"%d" % k) for k, i in enumerate(ids)]
+            with mccs.connect(d["BB"].config, "S") as s:
+                s.send("AAR", b"back")
+                s.send("CCR", b"over")
+        for h, text in (("AA", b"back"), ("CC", b"over")):
+            with mccs.connect(d[h].config, "R") as r:
+                assert r.recv(timeout=30).data == text

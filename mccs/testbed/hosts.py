@@ -52,8 +52,9 @@ def socket_answers(path: str) -> bool:
 class DaemonProcess:
     """`mccs daemon -c CONFIG` in a child process; its stderr goes to `<config>.log`."""
 
-    def __init__(self, config: str | os.PathLike, env: dict | None = None):
+    def __init__(self, config: str | os.PathLike, env: dict | None = None, program: list[str] | None = None):
         from mccs.config import load
+        self.program = program or [sys.executable, "-m", "mccs.cli"]  # what runs `daemon -c CONFIG`
         self.config = Path(config)
         self.cfg = load(self.config)
         self.env = {**os.environ, **(env or {})}
@@ -63,7 +64,7 @@ class DaemonProcess:
 
     def start(self, wait: float = 20.0) -> "DaemonProcess":
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "mccs.cli", "daemon", "-c", str(self.config)],
+        self.proc = subprocess.Popen([*self.program, "daemon", "-c", str(self.config)],
                                      stdout=log, stderr=log, env=self.env, start_new_session=True)
         log.close()
         self.starts += 1
