@@ -9,6 +9,7 @@ KINDS = {
     "line": "goodput of a bare line state machine over a paced vserial line",
     "network": "end-to-end throughput and latency through daemons over serial lines",
     "analyze": "Spark analytics events per second from JSON Lines and Parquet",
+    "route": "multi-hop goodput, latency per hop and reroute time through daemons over 9600-baud lines",
 }
 
 
