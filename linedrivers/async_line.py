@@ -92,6 +92,7 @@ class AsyncLine(AsyncSignOn):
         self._queued = 0       # _rx_next when the last MessageReceived was queued
         self._ack_pending = False
         self._reject_due = False
+        self._last_byte = self._now  # any byte from the line, even a damaged one
         self._rejected_at = None  # _rx_next when the last N went out (one N per gap)
         self._awaiting: Await | None = None  # what the reply timer waits for
         self._reply_at = None
@@ -105,6 +106,12 @@ class AsyncLine(AsyncSignOn):
         (10 bit times a byte) plus a margin, since our window and the peer's may both be queued."""
         window_time = self._window * (self._overhead + HEADER_SIZE + self._maxmsg) * 10 / self.baud
         return max(self.reply_timeout, 2 * window_time + REPLY_MARGIN)
+
+    def _silence(self) -> float:
+        """A line that brought no byte at all for this long while an answer is awaited is down (a
+        cut cable, a dead peer), found sooner than by the whole retry limit: a live peer answers
+        within a reply timeout, and a long frame on its way is bytes arriving."""
+        return max(2 * self.keepalive, 2 * self._timeout())
 
     # --- the interface (DESIGN.md 4.0) -----------------------------------------------------
     def start(self, now: float) -> None:
@@ -154,6 +161,8 @@ class AsyncLine(AsyncSignOn):
         if self.state is State.DOWN:
             return None
         if self._reply_at is not None:
+            if self.state is State.UP:
+                return min(self._reply_at, self._last_byte + self._silence())
             return self._reply_at
         if self._poll_at is not None:
             return self._poll_at
@@ -164,7 +173,10 @@ class AsyncLine(AsyncSignOn):
         deadline = self.next_deadline()
         if deadline is None or now < deadline:
             return
-        if self._reply_at is not None:
+        if self._reply_at is not None and self.state is State.UP and now >= self._last_byte + self._silence():
+            self.counters["timeouts"] += 1
+            self._down(f"silent line: nothing heard for {now - self._last_byte:.1f}s")
+        elif self._reply_at is not None:
             self._reply_timed_out()
         else:  # poll a busy peer, or keep a silent line alive: any frame back answers P
             self._poll_at = None
@@ -193,6 +205,8 @@ class AsyncLine(AsyncSignOn):
         self._now = now
         data = bytes(data)
         self.counters["bytes_rx"] += len(data)
+        if data:
+            self._last_byte = now
         for frame in self._deframer.feed(data):
             if frame.content is None:
                 self._trace_rx(frame.kind, frame.nbytes, False)

@@ -197,7 +197,7 @@ def test_bad_signons_are_dropped_and_counted():
     (9600, 1, 3.0, 3.0), (9600, 8, 3.0, 3.0), (1200, 8, 3.0, 2 * 8 * 153 * 10 / 1200 + 0.25),
     (115200, 8, 0.3, 2 * 8 * 153 * 10 / 115200 + 0.25), (115200, 1, 0.3, 0.3)])
 def test_retry_limit_takes_the_line_down_with_unacked_in_order(baud, window, base, expect):
-    h = up_pair(baud=baud, window=window, retry_limit=3, reply_timeout=base)
+    h = up_pair(baud=baud, window=window, retry_limit=3, reply_timeout=base, keepalive=1000.0)  # no silence rule
     imgs = make_images("AA", "BB", 2 * window)
     h.channel.disconnect()
     t0 = h.now
@@ -213,6 +213,36 @@ def test_retry_limit_takes_the_line_down_with_unacked_in_order(baud, window, bas
     assert t_down == pytest.approx(t0 + 4 * expect, abs=0.05)
     retries = [e.detail for _, e in events_of(h, "a", LineEvent) if e.kind == "retry"]
     assert len(retries) == 3 and h["a"].machine.counters["retransmissions"] == 3 * window
+
+
+@pytest.mark.timeout(10)
+def test_a_line_that_brings_no_byte_is_down_after_two_keepalives_before_the_retry_limit():
+    h = up_pair(baud=9600, window=8, retry_limit=7, reply_timeout=1.0, keepalive=2.0)
+    imgs = make_images("AA", "BB", 8)
+    h.channel.disconnect()
+    t0 = h.now
+    h.send("a", imgs)
+    h.run_for(30)
+    (t_down, down), *_ = events_of(h, "a", LineDown)
+    assert down.reason.startswith("silent line") and down.unacked == imgs
+    timeout = 2 * 8 * 153 * 10 / 9600 + 0.25  # 2.8 s: 7 retries would take 22 s
+    assert t_down - t0 == pytest.approx(max(2 * 2.0, 2 * timeout), abs=0.05)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("noise,reason", [(False, "silent line"), (True, "retry limit")])
+def test_damaged_bytes_show_a_live_line_so_then_the_retries_decide(noise, reason):
+    h = up_pair(baud=9600, window=1, retry_limit=2, reply_timeout=1.0, keepalive=0.5)
+    h.channel.disconnect()
+    t0 = h.now
+    if noise:  # bytes from the peer's side every 0.2 s, never a good frame
+        for k in range(1, 40):
+            h.at(t0 + 0.2 * k, lambda h: h["a"].machine.receive_data(b"\x55\xaa", h.now))
+    h.send("a", make_images("AA", "BB", 1))
+    h.run_for(8)
+    (t_down, down), *_ = events_of(h, "a", LineDown)
+    assert down.reason.startswith(reason)
+    assert t_down - t0 == pytest.approx(2.0 if not noise else 3.0, abs=0.05)  # 2 x 1 s of silence; 3 timeouts
 
 
 @pytest.mark.timeout(10)

@@ -3,9 +3,9 @@
 N daemons run as separate processes, joined by `vserial` lines (a full mesh, the links given,
 or a topology: chain, ring, star, mesh), each line async or BSC at a chosen baud and bit-error
 rate. Sender and receiver processes on every host exchange M messages between random process
-pairs on directly linked hosts, or, with a topology, on any hosts that routing joins (async
-lines route; a BSC line joins only its two ends), while lines are disconnected and daemons
-killed with SIGKILL on a schedule. The verdict
+pairs on directly linked hosts, or, with a topology (or `--routed`), on any hosts that routing
+joins (async lines route; a BSC line joins only its two ends), while lines are disconnected and
+daemons killed with SIGKILL on a schedule. The verdict
 comes from the processes' own logs: every message whose MSG_ID was returned must arrive exactly
 once, and in order for each pair of processes.
 """
@@ -35,6 +35,7 @@ class Options:
     hosts: int = 3
     links: list[str] | None = None  # "AA-BB" specs; None: full mesh
     topology: str | None = None  # chain, ring, star or mesh: traffic between any hosts, routed
+    routed: bool = False  # with `links`: traffic between any hosts routing joins (a topology implies it)
     protocol: str = "mixed"  # async, bsc, or mixed (the first link BSC, the others async)
     baud: int = 115200
     ber: float = 0.0
@@ -93,7 +94,8 @@ class Network:
             a, b = spec.split("-")
             self.neighbours[a].append(b)
             self.neighbours[b].append(a)
-        self.targets = {h: self._reachable(h) if opts.topology else self.neighbours[h] for h in self.hosts}
+        self.routed = bool(opts.topology or opts.routed)
+        self.targets = {h: self._reachable(h) if self.routed else self.neighbours[h] for h in self.hosts}
         self.vlines = Lines(str(root / "dev"), self.links, baud=opts.baud, ber=opts.ber, seed=opts.seed)
         self.daemons: dict[str, DaemonProcess] = {}
         self.procs: list[subprocess.Popen] = []
@@ -237,7 +239,7 @@ def run_network(opts: Options) -> dict:
         try:
             for d in net.daemons.values():
                 d.start()
-            if opts.topology:
+            if net.routed:
                 net.wait_for_routes()
             plans = net.plan_traffic()
             planned = sum(map(len, plans.values()))
@@ -327,6 +329,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--links", default=None, help="comma-separated links like AA-BB,BB-CC (default: full mesh)")
     p.add_argument("--topology", choices=TOPOLOGIES, default=None,
                    help="lines in this shape, and traffic between any two hosts (routed over async lines)")
+    p.add_argument("--routed", action="store_true",
+                   help="with --links: traffic between any two hosts routing joins, not only neighbours")
     p.add_argument("--protocol", choices=("async", "bsc", "mixed"), default=d.protocol,
                    help="line protocol; mixed: the first link BSC, the others async")
     p.add_argument("--baud", type=int, default=d.baud, help="virtual line speed")
