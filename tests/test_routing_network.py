@@ -20,35 +20,43 @@ V1_DAEMON = Path(__file__).with_name("v1_daemon.py")
 
 
 @contextlib.contextmanager
-def _chain(tmp_path, hosts: list[str], routes: dict[str, list[dict]] | None = None, v1: tuple[str, ...] = (),
-           **host_keys):
-    """Daemons joined in a chain by async vserial lines, stopped at the end; those in `v1` speak
-    DESIGN.md's version 1 (no routing)."""
-    links = [f"{a}-{b}" for a, b in zip(hosts, hosts[1:])]
+def _network(tmp_path, links: list[str], routes: dict[str, list[dict]] | None = None, v1: tuple[str, ...] = (),
+             **host_keys):
+    """Daemons joined by async vserial lines (`AA-BB` specs), stopped at the end; those in `v1`
+    speak DESIGN.md's version 1 (no routing). Yields the daemons by host and the lines."""
     keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+    hosts = sorted({h for link in links for h in link.split("-")})
     daemons: dict[str, DaemonProcess] = {}
     with Lines(str(tmp_path / "dev"), links, baud=BAUD) as vl:
         try:
-            for i, h in enumerate(hosts):
-                peers = hosts[max(0, i - 1):i] + hosts[i + 1:i + 2]
+            for h in hosts:
+                peers = [p for link in links for a, p in [link.split("-"), link.split("-")[::-1]] if a == h]
                 lines = [{"peer": p, "port": vl.port(h, p), **keys} for p in peers]
                 daemons[h] = DaemonProcess(write_config(tmp_path, h, lines, (routes or {}).get(h, []), **host_keys),
                                            program=[sys.executable, str(V1_DAEMON)] if h in v1 else None).start()
-            yield daemons
+            yield daemons, vl
         finally:
             for daemon in daemons.values():
                 daemon.stop()
 
 
-def _wait_route(d: DaemonProcess, to: str, timeout: float = 30.0) -> dict:
+@contextlib.contextmanager
+def _chain(tmp_path, hosts: list[str], routes: dict[str, list[dict]] | None = None, v1: tuple[str, ...] = (),
+           **host_keys):
+    with _network(tmp_path, [f"{a}-{b}" for a, b in zip(hosts, hosts[1:])], routes, v1, **host_keys) as (d, _):
+        yield d
+
+
+def _wait_route(d: DaemonProcess, to: str, via: str | None = None, timeout: float = 30.0) -> dict:
+    """The route to `to` (through `via`, if given), once there is one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with mccs.connect(d.config, None) as admin:
             route = next((r for r in admin.status()["routes"] if r["to"] == to), None)
-        if route and route["distance"] is not None:
+        if route and route["distance"] is not None and via in (None, route["via"]):
             return route
         time.sleep(0.1)
-    raise AssertionError(f"no route to {to} at {d.cfg.id}")
+    raise AssertionError(f"no route to {to}{' via ' + via if via else ''} at {d.cfg.id}")
 
 
 @pytest.mark.timeout(180)
@@ -173,3 +181,34 @@ def test_a_version1_peer_carries_direct_traffic_and_a_host_never_heard_of_is_ref
         for h, text in (("AA", b"back"), ("CC", b"over")):
             with mccs.connect(d[h].config, "R") as r:
                 assert r.recv(timeout=30).data == text
+
+
+@pytest.mark.timeout(180)
+def test_a_ring_carries_round_the_other_way_while_a_line_is_cut_and_comes_back_when_it_returns(tmp_path):
+    with _network(tmp_path, ["AA-BB", "BB-CC", "CC-DD", "DD-AA"]) as (d, vl):
+        assert _wait_route(d["AA"], "BB")["via"] == "BB"
+        _wait_route(d["BB"], "AA")
+        count = 80
+
+        def send() -> None:
+            with mccs.connect(d["AA"].config, "S") as s:
+                for i in range(count):
+                    s.send("BBR", b"%d" % i)
+                    time.sleep(0.02)
+        sender = threading.Thread(target=send)
+        sender.start()
+        time.sleep(0.4)
+        vl.lines["AA-BB"].disconnect()  # a pulled cable in the middle of the traffic
+        assert _wait_route(d["AA"], "BB", via="DD", timeout=60)["distance"] == 3
+        sender.join(60)
+        with mccs.connect(d["BB"].config, "R") as r:
+            got = [m.data for m in iter(lambda: r.recv(timeout=30), None)]
+        assert got == [b"%d" % i for i in range(count)]  # all of them, once, in order
+        with mccs.connect(d["CC"].config, None) as admin:
+            assert admin.status()["counters"]["forwarded"] > 0  # some went the other way round
+        vl.lines["AA-BB"].reconnect()
+        assert _wait_route(d["AA"], "BB", via="BB", timeout=60)["distance"] == 1
+        with mccs.connect(d["AA"].config, "S") as s:
+            s.send("BBR", b"direct again")
+        with mccs.connect(d["BB"].config, "R") as r:
+            assert r.recv(timeout=30).data == b"direct again"
