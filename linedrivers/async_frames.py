@@ -15,9 +15,12 @@ from .crc import le16, x25
 from .ids import IdError, check_host_id
 
 FLAG, ESC = 0x7E, 0x7D
-KINDS = frozenset(b"DANBSTOPV")
+KINDS = frozenset(b"DANBRSTOPV")
 #: With a secret, these carry a MAC trailer once the line is UP (S T V carry the sign-on proofs).
-SEALED = frozenset("DANBPO")
+SEALED = frozenset("DANBRPO")
+#: The sign-on feature of selective repeat: R (SEQ = a frame the receiver lacks) asks for that
+#: frame alone, and the receiver keeps what came after the gap (docs/PROTOCOL.md).
+SREJ = "SREJ"
 #: Bytes escaped as ESC, byte ^ 0x20. ESC must come first so its own escapes are not re-escaped.
 STUFFED = (0x7D, 0x7E)
 XONXOFF_STUFFED = STUFFED + (0x11, 0x13, 0x91, 0x93)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from .async_frames import (OVERHEAD, SEALED, STUFFED, XONXOFF_STUFFED, Deframer, SignOn, encode_frame,
+from .async_frames import (OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED, Deframer, SignOn, encode_frame,
                            stuff, unstuff)
 from .async_signon import AsyncSignOn
 from .async_states import GIVE_UP, Await, State
@@ -43,7 +43,7 @@ class AsyncLine(AsyncSignOn):
     def __init__(self, local: str, peer: str, *, window: int = 8, baud: int = 9600,
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
                  retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None,
-                 features: tuple[str, ...] = ()):
+                 features: tuple[str, ...] = (), selective_repeat: bool = True):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
@@ -64,7 +64,8 @@ class AsyncLine(AsyncSignOn):
         self._out: list[bytes] = []
         self._now = 0.0
         self.secret = secret
-        self.features = tuple(features)  # offered at sign-on; LineUp says which both ends offered
+        # offered at sign-on; LineUp says which both ends offered. SREJ is this machine's own.
+        self.features = tuple(features) + ((SREJ,) if selective_repeat else ())
         self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
         self._deframer = Deframer(2 * (self._overhead + HEADER_SIZE + max(max_message, 64)), self.counters)
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i
@@ -93,6 +94,11 @@ class AsyncLine(AsyncSignOn):
         self._ack_pending = False
         self._reject_due = False
         self._last_byte = self._now  # any byte from the line, even a damaged one
+        self._sr = False         # selective repeat agreed at sign-on (FEAT=SREJ at both ends)
+        self._early: dict[int, bytes] = {}   # SEQ -> body received after a gap, kept for order
+        self._asked: dict[int, float] = {}   # SEQ -> when we last asked for it with R
+        self._ask_due: list[int] = []        # SEQs to ask for with R at the next data_to_send()
+        self._resend: set[int] = set()       # SEQs the peer asked for with R (or the oldest, after a timeout)
         self._rejected_at = None  # _rx_next when the last N went out (one N per gap)
         self._awaiting: Await | None = None  # what the reply timer waits for
         self._reply_at = None
@@ -191,9 +197,14 @@ class AsyncLine(AsyncSignOn):
                 self._reject_due, self._rejected_at = False, self._rx_next
                 self.counters["rejects_tx"] += 1
                 self._emit("N", 0, self._rx_ack)
+            elif self._ask_due:  # each carries the newest ACK too
+                for seq in self._ask_due:
+                    self.counters["rejects_tx"] += 1
+                    self._emit("R", seq, self._rx_ack)
             elif self._ack_pending:
                 self._emit("B" if self._busy else "A", 0, self._rx_ack)
             self._ack_pending = False
+            self._ask_due.clear()
         if not self._out:
             return b""
         out = b"".join(self._out)
@@ -232,11 +243,19 @@ class AsyncLine(AsyncSignOn):
                                         origin, msg_id, retransmit))
 
     def _pump(self) -> None:
-        """Send data frames while the window is open; each carries the newest confirmed ACK."""
+        """Send data frames while the window is open; each carries the newest confirmed ACK.
+        With selective repeat, the frames asked for again go first, and only they."""
         if self._peer_busy:
             return
+        again = sorted(i for i in ((seq - self._tx_base) & 0xFF for seq in self._resend) if i < self._next_i)
+        self._resend.clear()
+        for i in again:
+            self.counters["retransmissions"] += 1
+            self._emit("D", (self._tx_base + i) & 0xFF, self._rx_ack, self._held[i], True)
         end = min(self._window, len(self._held))
         if self._next_i >= end:
+            if again and self._awaiting is not Await.DATA:
+                self._await(Await.DATA)
             return
         while self._next_i < end:
             i = self._next_i
@@ -263,8 +282,11 @@ class AsyncLine(AsyncSignOn):
             return
         self._retries += 1
         self._events.append(LineEvent("retry", f"{what} retry {self._retries}/{self.retry_limit}"))
-        if what is Await.DATA:  # go back: all unacknowledged frames go again at the next data_to_send(),
-            self._next_i = 0  # which re-arms the timer
+        if what is Await.DATA:  # the next data_to_send() sends again and re-arms the timer:
+            if self._sr:  # the oldest unacknowledged frame (the peer asks for any other it lacks)
+                self._resend.add(self._tx_base)
+            else:  # go back: every unacknowledged frame
+                self._next_i = 0
             self._await(None)
             return
         if what is Await.SIGNON:
@@ -310,7 +332,7 @@ class AsyncLine(AsyncSignOn):
             if kind == "P":
                 self._ack_pending = True
             else:
-                self._ack_in(ack, kind)
+                self._ack_in(ack, kind, seq)
 
     def _trace_rx(self, kind: str, nbytes: int, ok: bool, seq: int | None = None,
                   body: bytes = b"") -> None:
@@ -326,8 +348,8 @@ class AsyncLine(AsyncSignOn):
             if self._peer_busy:  # still busy unless this frame says otherwise: poll again later
                 self._poll_at = self._now + self.reply_timeout
 
-    def _ack_in(self, ack: int, kind: str) -> None:
-        """A cumulative ACK (any of D A N B), then what the kind asks for."""
+    def _ack_in(self, ack: int, kind: str, seq: int = 0) -> None:
+        """A cumulative ACK (any of D A N B R), then what the kind asks for."""
         n = (ack - self._tx_base) & 0xFF
         if n > self._high:  # acknowledges frames never sent: stale or forged
             self.counters["out_of_window"] += 1
@@ -346,6 +368,9 @@ class AsyncLine(AsyncSignOn):
             self._retries = 0
             self._await(None)
             self._poll_at = self._now + self.reply_timeout
+        elif kind == "R":
+            self.counters["naks"] += 1
+            self._resend.add(seq)  # that frame only, if it is still unacknowledged (see _pump)
         elif kind == "N" or kind == "A" and self._peer_busy:
             self._resume(kind, ack)
 
@@ -359,6 +384,7 @@ class AsyncLine(AsyncSignOn):
         self._peer_busy = False
         self._poll_at = None
         self._next_i = 0
+        self._resend.clear()
         self._await(None)
 
     def _data_in(self, seq: int, ack: int, body: bytes, nbytes: int) -> None:
@@ -369,8 +395,14 @@ class AsyncLine(AsyncSignOn):
         self._heard()
         self._ack_in(ack, "D")
         d = (seq - self._rx_next) & 0xFF
-        if d == 0 and len(body) > HEADER_SIZE + self._maxmsg:
+        if d < self._window and len(body) > HEADER_SIZE + self._maxmsg:
             self.counters["oversized"] += 1
+            self._trace_rx("D", nbytes, False, seq, body)
+            return
+        if d < self._window and not _image_ok(body, self._maxmsg):
+            # the FCS held but the image is broken: damage the FCS missed (a lost byte can hide
+            # from CRC-16). Not taken: the sender sends it again, as after a bad FCS.
+            self.counters["bad_frames"] += 1
             self._trace_rx("D", nbytes, False, seq, body)
             return
         self._trace_rx("D", nbytes, True, seq, body)
@@ -380,9 +412,13 @@ class AsyncLine(AsyncSignOn):
                 self._ack_pending = True
                 return
             self._accept(body)
+            while self._rx_next in self._early:  # what came after the gap follows it now
+                self._accept(self._early.pop(self._rx_next))
         elif d < self._window:  # a gap: something was lost; one reject per gap
             if self._busy:
                 self._ack_pending = True
+            elif self._sr:
+                self._keep_early(seq, d, body)
             elif self._rejected_at != self._rx_next:
                 self._reject_due = True  # N goes at the next data_to_send(), with the newest ACK
         elif 256 - d <= self._window:  # already had it: acknowledge again (our ACK was lost)
@@ -391,17 +427,30 @@ class AsyncLine(AsyncSignOn):
         else:
             self.counters["out_of_window"] += 1
 
+    def _keep_early(self, seq: int, d: int, body: bytes) -> None:
+        """Selective repeat: keep a frame that came after a gap, and ask with R for each frame
+        missing before it (again only after a reply timeout, in case the R or its answer was lost)."""
+        if seq in self._early:
+            self.counters["duplicates"] += 1
+            return
+        self._early[seq] = body
+        for k in range(d):
+            missing = (self._rx_next + k) & 0xFF
+            if missing not in self._early and self._now >= self._asked.get(missing, -1e9) + self._timeout():
+                self._asked[missing] = self._now
+                self._ask_due.append(missing)
+
     def _accept(self, body: bytes) -> None:
+        self._asked.pop(self._rx_next, None)
         self._rx_next = (self._rx_next + 1) & 0xFF
         self._rejected_at = None
-        try:
-            decode(body, self._maxmsg)
-        except ImageError:  # a peer's bug, not noise (the FCS held): take it off the line, drop it
-            self.counters["bad_frames"] += 1
-            if self._rx_ack == self._queued:  # nothing awaits confirm(): acknowledge it now
-                self._rx_ack = self._returned = self._rx_next
-                self._ack_pending = True
-            self._queued = self._rx_next
-            return
         self._queued = self._rx_next
         self._events.append(MessageReceived(body))
+
+
+def _image_ok(body: bytes, maxmsg: int) -> bool:
+    try:
+        decode(body, maxmsg)
+        return True
+    except ImageError:
+        return False

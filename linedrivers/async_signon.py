@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 
-from .async_frames import REFUSED, SignOn
+from .async_frames import REFUSED, SREJ, SignOn
 from .async_states import Await, State
 from .auth import INITIATOR, RESPONDER, Handshake, new_nonce
 from .events import LineUp, PeerRefused
@@ -70,7 +70,9 @@ class AsyncSignOn:
         if reply:
             self._emit(reply[0], body=reply[1])
         self.counters["signons"] += 1
-        self._events.append(LineUp(self.peer, frozenset(self.features) & frozenset(signon.features)))
+        agreed = frozenset(self.features) & frozenset(signon.features)
+        self._sr = SREJ in agreed
+        self._events.append(LineUp(self.peer, agreed))
 
     def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
         """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours

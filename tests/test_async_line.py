@@ -85,12 +85,13 @@ def test_signon_frames_byte_for_byte():
     assert SignOn("AA", 8, 128).encode() == body
     assert encode_frame("S", body=body) == b"\x7eS\x00\x00" + body + bytes.fromhex("ca ef 7e")
     # the reply T carries the answering host's own values and echoes the S's SESSION
-    m = AsyncLine("BB", "AA", window=4, max_message=100)
-    m.receive_data(encode_frame("S", body=SignOn("AA", 8, 128, "0000abcd").encode()), 0.0)
-    t_body = b"MCCS/1 HOST=BB WINDOW=4 MAXMSG=100 SESSION=0000abcd"
-    assert m.data_to_send() == b"\x7eT\x00\x00" + t_body + x25_bitwise(b"T\x00\x00" + t_body).to_bytes(2, "little") + b"\x7e"
+    for sr, feat in ((False, b""), (True, b" FEAT=SREJ")):  # DESIGN.md 4.1, then with selective repeat offered
+        m = AsyncLine("BB", "AA", window=4, max_message=100, selective_repeat=sr)
+        m.receive_data(encode_frame("S", body=SignOn("AA", 8, 128, "0000abcd").encode()), 0.0)
+        t_body = b"MCCS/1 HOST=BB WINDOW=4 MAXMSG=100 SESSION=0000abcd" + feat
+        assert m.data_to_send() == b"\x7eT\x00\x00" + t_body + x25_bitwise(b"T\x00\x00" + t_body).to_bytes(2, "little") + b"\x7e"
     # start() sends S with its own values and a fresh SESSION
-    a = AsyncLine("AA", "BB")
+    a = AsyncLine("AA", "BB", selective_repeat=False)
     a.start(0.0)
     s = a.data_to_send()
     assert s == encode_frame("S", body=SignOn("AA", 8, 128, a.session).encode()) and len(a.session) == 8
@@ -212,7 +213,8 @@ def test_retry_limit_takes_the_line_down_with_unacked_in_order(baud, window, bas
     assert timeouts[0] - t0 == pytest.approx(expect, abs=0.01)
     assert t_down == pytest.approx(t0 + 4 * expect, abs=0.05)
     retries = [e.detail for _, e in events_of(h, "a", LineEvent) if e.kind == "retry"]
-    assert len(retries) == 3 and h["a"].machine.counters["retransmissions"] == 3 * window
+    # selective repeat: each retry sends the oldest frame alone (go-back-N would send the window)
+    assert len(retries) == 3 and h["a"].machine.counters["retransmissions"] == 3
 
 
 @pytest.mark.timeout(10)
@@ -319,12 +321,14 @@ def test_receiver_drops_and_counts_bad_frames():
     m.receive_data(d0, 1.0)                                  # a duplicate of SEQ 0
     m.receive_data(encode_frame("D", 100, 0, imgs[1]), 1.0)  # SEQ far outside the window
     m.receive_data(encode_frame("D", 1, 0, imgs[1] + b"x" * 200), 1.0)  # over MAXMSG
-    m.receive_data(encode_frame("D", 1, 0, imgs[1][:-1]), 1.0)  # FCS right, image broken
+    m.receive_data(encode_frame("D", 1, 0, imgs[1][:-1]), 1.0)  # FCS right, image broken: damage, not taken
     m.receive_data(encode_frame("Z", 1, 0), 1.0)            # unknown kind
-    m.receive_data(encode_frame("D", 2, 0, imgs[2]), 1.0)  # delivered: the broken one took SEQ 1
+    m.receive_data(encode_frame("D", 2, 0, imgs[2]), 1.0)  # after a gap (go-back-N: dropped, N sent)
+    assert [e.image for e in m.events() if isinstance(e, MessageReceived)] == [imgs[0]]
+    m.receive_data(encode_frame("D", 1, 0, imgs[1]) + encode_frame("D", 2, 0, imgs[2]), 1.0)  # sent again
     got = [e.image for e in m.events() if isinstance(e, MessageReceived)]
     c = m.counters
-    assert got == [imgs[0], imgs[2]]
+    assert got == [imgs[1], imgs[2]]
     assert c["garbage"] == 6 and c["crc_errors"] == 1 and c["duplicates"] == 1
     assert c["out_of_window"] == 1 and c["oversized"] == 1 and c["bad_frames"] == 2
     assert c["internal_errors"] == 0
@@ -500,3 +504,67 @@ def test_soak_seeded_lines_with_restarts_and_pulled_cables(trial):
         h.at(t0 + r.uniform(0, 40), lambda h: h.channel.reconnect())
     assert h.run(30000, settle=2)
     h.result().check()
+
+
+# --- selective repeat (FEAT=SREJ) -------------------------------------------------------------
+def _lose_data_frames(h, side: str, which: set[int]) -> None:
+    """The n-th data frames `side` sends (counting from 1, in `which`) never arrive."""
+    import re
+    pipe, seen = h.channel.outof(side), [0]
+    write = pipe.write
+
+    def lossy(data, now):
+        kept = []
+        for frame in re.findall(rb"\x7e[^\x7e]+\x7e", bytes(data)):
+            if frame[1:2] == b"D":
+                seen[0] += 1
+                if seen[0] in which:
+                    continue
+            kept.append(frame)
+        write(b"".join(kept), now)
+    pipe.write = lossy
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("sr", [True, False])
+def test_a_lost_frame_is_sent_again_alone_with_selective_repeat_and_with_the_window_behind_it_without(sr):
+    h = up_pair(baud=9600, window=8, selective_repeat=sr)
+    assert ("SREJ" in h["a"].machine.features) is sr
+    imgs = make_images("AA", "BB", 8)
+    _lose_data_frames(h, "a", {3})
+    h.send("a", imgs)
+    h.run_for(20)
+    assert [e.image for _, e in events_of(h, "b", MessageReceived)] == imgs  # once each, in order
+    sent_again = h["a"].machine.counters["retransmissions"]
+    if sr:
+        assert sent_again == 1 and h["b"].machine.counters["rejects_tx"] == 1  # one R, one frame
+    else:
+        assert sent_again == 6  # go-back-N: the lost frame and the five behind it
+
+
+@pytest.mark.timeout(10)
+def test_selective_repeat_needs_both_ends_an_old_peer_gets_go_back_n():
+    h = Harness(lambda: AsyncLine("AA", "BB"), lambda: AsyncLine("BB", "AA", selective_repeat=False),
+                channel=Channel())
+    assert h.run(10, stop=lambda h: h["a"].up and h["b"].up)
+    ups = events_of(h, "a", LineUp) + events_of(h, "b", LineUp)
+    assert all("SREJ" not in e.features for _, e in ups)
+    imgs = make_images("AA", "BB", 8)
+    _lose_data_frames(h, "a", {2})
+    h.send("a", imgs)
+    h.run_for(20)
+    assert [e.image for _, e in events_of(h, "b", MessageReceived)] == imgs
+    assert h["a"].machine.counters["retransmissions"] == 7 and h["b"].machine.counters["rejects_tx"] == 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ber", [1e-4, 1e-3])
+def test_on_a_noisy_line_selective_repeat_sends_less_again_than_go_back_n(ber):
+    imgs = make_images("AA", "BB", 300, 128)
+    again, took = {}, {}
+    for sr in (True, False):
+        res = run_pair(*factories(window=8, selective_repeat=sr), imgs, [],
+                       channel=Channel(7, ber=ber, baud=115200, latency=0.003), until=2000)
+        res.check()  # exactly once, in order
+        again[sr], took[sr] = res.a.counters["retransmissions"], res.time
+    assert again[True] < again[False] / 2 and took[True] <= took[False]

@@ -334,7 +334,8 @@ def test_known_answers_of_the_protocol_document(monkeypatch):
     nonces = iter([NA, NB])
     monkeypatch.setattr(async_signon, "new_nonce", lambda: next(nonces))
     monkeypatch.setattr(async_signon.secrets, "token_hex", lambda n: "0000abcd")
-    a, b = AsyncLine("AA", "BB", secret=DOC_SECRET), AsyncLine("BB", "AA", secret=DOC_SECRET)
+    a, b = (AsyncLine("AA", "BB", secret=DOC_SECRET, selective_repeat=False),  # the bytes of the document
+            AsyncLine("BB", "AA", secret=DOC_SECRET, selective_repeat=False))
     a.start(0.0)
     s = a.data_to_send()
     assert s == (b"\x7eS\x00\x00MCCS/1 HOST=AA WINDOW=8 MAXMSG=128 SESSION=0000abcd "

@@ -161,7 +161,7 @@ def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path)
     bb.cp.close()
     bb.cp = Checkpoint(bb.cfg.checkpoint, "BB", "off")
     bb.kernel = Kernel(bb.cfg, bb.cp.restore(), lambda lc: AsyncLine("BB", lc.peer, reply_timeout=lc.reply_timeout,
-                                                                     keepalive=lc.keepalive))
+                                                                     keepalive=lc.keepalive, selective_repeat=False))
     bb.open_ports()
     assert net.run(lambda: all(h.kernel.lines[p].state == "UP" for h, p in ((net["AA"], "BB"), (net["CC"], "BB"))))
     assert not net["AA"].kernel.lines["BB"].routed

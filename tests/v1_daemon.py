@@ -1,5 +1,5 @@
 """`mccs` whose daemon speaks DESIGN.md's version 1 on its async lines, as an MCCS from before
-routing: no FEAT at sign-on, no room for a routing envelope. For the mixed-version tests."""
+routing: no FEAT at sign-on (neither ROUTE nor SREJ), no room for a routing envelope. For the mixed-version tests."""
 import sys
 
 from linedrivers import AsyncLine
@@ -8,7 +8,7 @@ from mccs import cli, kernel
 
 def v1_machine(host, lc, max_message):
     return AsyncLine(host, lc.peer, window=lc.window, keepalive=lc.keepalive, baud=lc.baud, max_message=max_message,
-                     reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+                     reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit, selective_repeat=False)
 
 
 if __name__ == "__main__":
