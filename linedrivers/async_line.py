@@ -282,12 +282,9 @@ class AsyncLine(AsyncSignOn):
             return
         self._retries += 1
         self._events.append(LineEvent("retry", f"{what} retry {self._retries}/{self.retry_limit}"))
-        if what is Await.DATA:  # the next data_to_send() sends again and re-arms the timer:
-            if self._sr:  # the oldest unacknowledged frame (the peer asks for any other it lacks)
-                self._resend.add(self._tx_base)
-            else:  # go back: every unacknowledged frame
-                self._next_i = 0
-            self._await(None)
+        if what is Await.DATA:  # go back: every unacknowledged frame goes again at the next
+            self._next_i = 0  # data_to_send(), which re-arms the timer (with selective repeat the
+            self._await(None)  # peer keeps what it has: on a very noisy line each copy is a chance)
             return
         if what is Await.SIGNON:
             self._send_signon("S", self.session)
