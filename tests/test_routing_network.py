@@ -202,8 +202,9 @@ def test_a_ring_carries_round_the_other_way_while_a_line_is_cut_and_comes_back_w
         assert _wait_route(d["AA"], "BB", via="DD", timeout=60)["distance"] == 3
         sender.join(60)
         with mccs.connect(d["BB"].config, "R") as r:
-            got = [m.data for m in iter(lambda: r.recv(timeout=30), None)]
-        assert got == [b"%d" % i for i in range(count)]  # all of them, once, in order
+            got = [r.recv(timeout=30).data for _ in range(count)]
+            assert r.recv(timeout=1) is None  # none twice
+        assert got == [b"%d" % i for i in range(count)]  # all of them, in order
         with mccs.connect(d["CC"].config, None) as admin:
             assert admin.status()["counters"]["forwarded"] > 0  # some went the other way round
         vl.lines["AA-BB"].reconnect()
