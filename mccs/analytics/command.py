@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from mccs.analytics import spark_missing
-from mccs.analytics.schema import DIRECTION_COLUMNS, HOST_COLUMNS, LINE_COLUMNS, MINUTE
+from mccs.analytics.schema import (DIRECTION_COLUMNS, HOPS_COLUMNS, HOST_COLUMNS, LINE_COLUMNS, MINUTE,
+                                   PROBLEM_COLUMNS)
 
 EXIT_USAGE = 2
 
@@ -72,7 +73,8 @@ def write_report(summary: dict, tables: dict, out: Path) -> None:
                              ("lines", summary["lines"], LINE_COLUMNS), ("hosts", summary["hosts"], HOST_COLUMNS),
                              ("minutes", tables["minutes"], None), ("up_intervals", tables["up"], None),
                              ("latency_histogram", tables["histogram"], None),
-                             ("message_problems", tables["problems"], None)):
+                             ("message_problems", tables["problems"], PROBLEM_COLUMNS),
+                             ("hops_histogram", tables["hops"], HOPS_COLUMNS)):
         _csv(out / f"{name}.csv", rows, cols)
         files["tables"].append(f"{name}.csv")
     try:
@@ -119,7 +121,8 @@ def _plots(summary: dict, tables: dict, out: Path) -> list[str]:
     a1.set_ylabel("bytes/s sent (both ends)")
     a2.set_ylabel("retransmissions/min")
     a2.set_xlabel("minutes")
-    a1.legend(fontsize="small")
+    if lines:
+        a1.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(out / "throughput.png")
     plt.close(fig)
@@ -155,18 +158,32 @@ def _html(summary: dict, files: dict) -> str:
         head = "".join(f"<th>{c}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
         return f"<table border=1 cellspacing=0><tr>{head}</tr>{body}</table>"
-    m = summary["messages"]
-    msg = {**{k: v for k, v in m.items() if k != "latency"}, **{f"latency_{k}": v for k, v in m["latency"].items()}}
+    msg = _flat(summary["messages"])
+    routing = _flat({k: v for k, v in summary["routing"].items() if k != "hops"})
     parts = ["<html><head><meta charset='utf-8'><title>MCCS trace report</title></head><body>",
              "<h1>MCCS trace report</h1>",
              f"<p>{summary['input']['events']} events, {summary['input']['malformed']} malformed lines</p>",
-             "<h2>Messages</h2>", table([msg], list(msg)), "<h2>Lines</h2>", table(summary["lines"], LINE_COLUMNS),
+             "<h2>Messages</h2>", table([msg], list(msg)),
+             "<h2>Routing</h2>", table([routing], list(routing)),
+             "<h3>Lines crossed by the delivered messages</h3>", table(summary["routing"]["hops"], HOPS_COLUMNS),
+             "<h2>Lines</h2>", table(summary["lines"], LINE_COLUMNS),
              "<h2>Directions</h2>", table(summary["directions"], DIRECTION_COLUMNS),
              "<h2>Hosts</h2>", table(summary["hosts"], HOST_COLUMNS)]
     parts += [f"<h2>{p}</h2><img src='{p}'>" for p in files["plots"]]
     parts += ["<p>" + " ".join(f"<a href='{t}'>{t}</a>" for t in files["tables"]) + " <a href='summary.json'>summary.json</a></p>",
               "</body></html>"]
     return "\n".join(parts)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """Nested figures as one row: {"latency": {"p50": 1}} -> {"latency_p50": 1}."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}_"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _fmt(v) -> str:
@@ -187,5 +204,12 @@ def terminal_table(summary: dict) -> str:
     out.append(f"messages: accepted {m['accepted']}  delivered {m['delivered']}  lost {m['lost']}  "
                f"pending {m['pending']}  duplicated {m['duplicated']}  unmatched {m['unmatched']}")
     out.append(f"latency s: p50 {_fmt(lat['p50'])}  p95 {_fmt(lat['p95'])}  p99 {_fmt(lat['p99'])}  max {_fmt(lat['max'])}")
+    r = summary.get("routing")
+    if r and (r["forwarded_events"] or m["expired"] or m["notices"]["accepted"] or (r["hops_max"] or 0) > 1):
+        hop = r["latency_per_hop"]
+        out.append(f"routing: forwarded {r['forwarded_events']} times ({r['forwarded_messages']} messages)  "
+                   f"lines crossed " + " ".join(f"{h['hops']}:{h['messages']}" for h in r["hops"])
+                   + f"  per hop s: p50 {_fmt(hop['p50'])}  p99 {_fmt(hop['p99'])}  "
+                   f"expired {m['expired']}  notices {m['notices']['accepted']}")
     out.append(f"events {i['events']}  malformed lines {i['malformed']}  files {i['files']}")
     return "\n".join(out)

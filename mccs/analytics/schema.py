@@ -2,6 +2,29 @@
 
 Kept apart from the Spark job so the trace generator can state its known answers in exactly
 the same shape without importing Spark.
+
+Routed traffic (issue 11; keys added within version 1, README's table lists the others):
+
+| key | meaning |
+|---|---|
+| `messages.expired` | accepted messages with an `expired` event (hop limit, ttl) and never delivered: removed on purpose, their sender told; not counted in `lost` nor `pending` |
+| `messages.expired_by_reason` | those by the `reason` of their `expired` event: `{"hop limit": n, "ttl": n}`, plus `"other"` (another reason or none) when there is one |
+| `messages.latency_received` | `count`, `mean`, `p50`, `p95`, `p99`, `max` of the seconds from `accepted` at the origin to the first `received` at the destination, over the messages received |
+| `messages.notices` | notices (messages a daemon made, FROM_ID host + `MCCS`; their `accepted` carries `notice`): `accepted`, `delivered` (taken by their process), `lost`, and `by_kind` `{"delivered": n, "undeliverable": n}` (+ `"other"`). Notices are counted in the other message figures too |
+| `routing.forwarded_events` | `forwarded` events (a transit host stored a message for its next hop), unmatched ones included |
+| `routing.forwarded_messages` | accepted messages forwarded at least once |
+| `routing.hops` | `[{"hops": h, "messages": n}, ...]`: the delivered messages by lines crossed to their destination, from their first `received` (`hops` on a routed arrival; none: 1 line over a version-1 line, 0 for a message to a process of its own host); also `hops_histogram.csv` |
+| `routing.hops_mean`, `routing.hops_max` | mean and largest of those (null without delivered messages) |
+| `routing.latency_per_hop` | `count`, `mean`, `p50`, `p95`, `p99`, `max` of accepted -> first received divided by the lines crossed, per received message that crossed a line |
+| `routing.route_changes` | `line` events of kind `route` (a host's route to a destination changed) |
+| `hosts[].forwarded`, `hosts[].expired` | the host's `forwarded` and `expired` events (also in `hosts.csv`, after the old columns) |
+
+`message_problems.csv` (columns `origin, msg_id, accepted, status, path`) lists the lost, pending,
+doubly delivered and (status `expired`) expired messages. `path` is the hosts the message was
+at, in time order, from its `accepted`, `forwarded`, `received`, `duplicate` and `expired`
+events, a stay at a host once: `AA>BB>CC`; a lost message's path ends at the last host that
+had it. Only the first PATH_SLOTS arrivals are kept; a longer path (a routing loop) ends with
+`>...`. Time order across hosts assumes their clocks agree, as the latencies do.
 """
 from __future__ import annotations
 
@@ -12,7 +35,12 @@ SCHEMA_VERSION = 1
 
 DATA_KINDS = ("D", "ETB", "ETX")        # frames that carry a message image
 REJECT_KINDS = ("N", "NAK")             # async reject, BSC negative acknowledgement
-MSG_KINDS = ("accepted", "sent", "acked", "received", "delivered", "duplicate")
+# msg event kinds, in the order that breaks ties of equal timestamps (the order they happen in)
+MSG_KINDS = ("accepted", "sent", "forwarded", "acked", "received", "delivered", "duplicate", "expired")
+ARRIVAL_KINDS = ("accepted", "forwarded", "received", "duplicate", "expired")   # a message is at the host
+EXPIRY_REASONS = ("hop limit", "ttl")   # `reason` of `expired`; any other is counted as "other"
+NOTICE_KINDS = ("delivered", "undeliverable")   # `notice` of a notice's `accepted`; any other: "other"
+PATH_SLOTS = 8                          # hosts of a message's path kept (more end the path with ">...")
 PERCENTILES = (0.5, 0.95, 0.99)
 MINUTE = 60.0
 
@@ -24,7 +52,9 @@ DIRECTION_COLUMNS = ("line", "host", "peer", "dir", "proto", "baud", "frames", "
 LINE_COLUMNS = ("line", "proto", "baud", "frames", "bytes", "data_messages", "retransmissions",
                 "crc_failures", "timeouts", "outages", "up_seconds", "availability")
 HOST_COLUMNS = ("host", "accepted", "sent", "acked", "received", "delivered", "duplicates_dropped",
-                "send_list_hwm", "recv_list_hwm")
+                "send_list_hwm", "recv_list_hwm", "forwarded", "expired")
+PROBLEM_COLUMNS = ("origin", "msg_id", "accepted", "status", "path")
+HOPS_COLUMNS = ("hops", "messages")
 
 
 def line_rows(directions: list[dict]) -> list[dict]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from mccs.analytics import AnalyzeError
-from mccs.analytics.schema import (DATA_KINDS, MINUTE, MSG_KINDS, PERCENTILES, REJECT_KINDS, SCHEMA,
-                                   SCHEMA_VERSION, line_rows)
+from mccs.analytics.schema import (ARRIVAL_KINDS, DATA_KINDS, EXPIRY_REASONS, MINUTE, MSG_KINDS, NOTICE_KINDS,
+                                   PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows)
 from mccs.analytics.session import LOG4J, java_available, start_session
 from mccs.analytics.traces import FIELDS, JSON_SUFFIXES, URL, compact, find_inputs, load_events, parse_time
 
@@ -57,7 +57,8 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
         elif r["win"]:
             counts[key] = r
     up, baud = _up_intervals(up_down, ws, we)
-    messages, hosts_hwm, histogram, problems = _messages(events.filter(in_window))
+    messages, routing, hosts_hwm, histogram, problems = _messages(events.filter(in_window))
+    routing["route_changes"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "line" and k == "route")
     directions = _directions(counts, minutes, up, baud, ws, we)
     summary = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
@@ -72,8 +73,10 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
         "lines": line_rows(directions),
         "messages": messages,
         "hosts": _hosts(counts, hosts_hwm),
+        "routing": routing,
     }
-    summary["_tables"] = {"minutes": minutes, "up": up, "histogram": histogram, "problems": problems}
+    summary["_tables"] = {"minutes": minutes, "up": up, "histogram": histogram, "problems": problems,
+                          "hops": routing["hops"]}
     return summary
 
 
@@ -198,19 +201,39 @@ def _proto(counts: dict, host: str, peer: str) -> str | None:
 
 def _messages(win):
     """Join msg events across hosts by (origin, msg_id), each `accepted` opening a new message
-    of its key (MSG_IDs wrap), and derive latency, lost, pending, duplicated and list levels."""
+    of its key (MSG_IDs wrap), and derive latency, lost, pending, duplicated, expired, the
+    routing figures, each message's path and list levels."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    def codes(names, column):
+        """1, 2, ... for the names in order, len(names) + 1 for any other value or none."""
+        m = F.create_map(*[x for i, k in enumerate(names) for x in (F.lit(k), F.lit(i + 1))])
+        return F.coalesce(m[F.col(column)], F.lit(len(names) + 1))
+
+    kind = F.col("kind")
     rank = F.create_map(*[x for k, i in KIND_ORDER.items() for x in (F.lit(k), F.lit(i))])
+    # Lines crossed to the destination: `received` carries hops on a routed arrival; without it the
+    # message came over one version-1 line, or none when it was sent to a process of its origin.
+    crossed = F.coalesce(F.col("hops"), F.when(F.col("host") == F.col("origin"), 0).otherwise(1))
     msg = (win.filter((F.col("type") == "msg") & F.col("origin").isNotNull() & F.col("msg_id").isNotNull())
            .select("kind", "origin", "msg_id", "ts", _code(F.col("host")).alias("host"),
                    _code(F.substring("to_id", 1, 2)).alias("to_host"),
-                   F.coalesce(rank[F.col("kind")], F.lit(99)).alias("rank")))
+                   F.coalesce(rank[kind], F.lit(99)).alias("rank"),
+                   F.when(kind == "received", crossed).alias("crossed"),
+                   F.when(kind == "expired", codes(EXPIRY_REASONS, "reason")).alias("reason"),
+                   F.when((kind == "accepted") & F.col("notice").isNotNull(), codes(NOTICE_KINDS, "notice"))
+                   .alias("notice")))
     order = (Window.partitionBy("origin", "msg_id").orderBy("ts", "rank")
              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    msg = msg.withColumn("gen", F.count(F.when(F.col("kind") == "accepted", 1)).over(order))
+    arrival = kind.isin(*ARRIVAL_KINDS)
+    # The same window (no other shuffle or sort): `gen` numbers the messages of a key, `pos` the
+    # arrivals of one message at a host in time order (0: its `accepted`), for its path.
+    msg = msg.select("*", F.count(F.when(kind == "accepted", 1)).over(order).alias("gen"),
+                     F.count(F.when(arrival, 1)).over(order).alias("n_arr"))
+    msg = msg.withColumn("pos", F.when(arrival, F.col("n_arr") - F.max(F.when(kind == "accepted", F.col("n_arr")))
+                                       .over(order)))
 
     def at(kind, column):
         return F.min(F.when(F.col("kind") == kind, F.col(column)))
@@ -222,45 +245,105 @@ def _messages(win):
 
     # Only numbers are aggregated (hosts as codes): that keeps Spark on a hash aggregation.
     # A message is received and delivered at one host, so the least host code is that host.
+    slots = [f"p{j}" for j in range(PATH_SLOTS)]
     per = (msg.groupBy("origin", "msg_id", "gen")
            .agg(at("accepted", "ts").alias("acc_ts"), at("accepted", "to_host").alias("acc_to"),
                 at("acked", "ts").alias("ack_ts"), at("received", "ts").alias("recv_ts"),
                 at("received", "host").alias("recv_host"), at("delivered", "ts").alias("deliv_ts"),
                 at("delivered", "host").alias("deliv_host"),
                 *[F.count(F.when(F.col("kind") == k, 1)).alias(a)
-                  for k, a in (("received", "n_recv"), ("delivered", "n_deliv"), ("duplicate", "n_dup"))])
+                  for k, a in (("received", "n_recv"), ("delivered", "n_deliv"), ("duplicate", "n_dup"),
+                               ("forwarded", "n_fwd"), ("expired", "n_exp"))],
+                F.min("crossed").alias("hops"), F.min("reason").alias("reason"), F.min("notice").alias("notice"),
+                F.max("pos").alias("last_pos"),
+                *[F.min(F.when(F.col("pos") == j, F.col("host"))).alias(c) for j, c in enumerate(slots)])
            .select("origin", "msg_id", "gen", "n_recv", "n_deliv", "n_dup", event("acc", to_host="acc_to").alias("acc"),
                    event("ack").alias("ack"), event("recv", host="recv_host").alias("recv"),
-                   event("deliv", host="deliv_host").alias("deliv"))
+                   event("deliv", host="deliv_host").alias("deliv"), "n_fwd", "n_exp", "hops", "reason", "notice",
+                   "last_pos", *slots)
            .withColumn("latency", F.col("deliv.ts") - F.col("acc.ts"))
            .persist(StorageLevel.MEMORY_AND_DISK))
     known = F.col("gen") > 0
-    lost = known & (F.col("n_recv") == 0) & (F.col("n_deliv") == 0)
-    pending = known & (F.col("n_recv") > 0) & (F.col("n_deliv") == 0)
+    # An expired message (hop limit, ttl) was removed on purpose and its sender told: not lost,
+    # not pending (what goes on as a void is never received). Notices are messages like others.
+    expired = known & (F.col("n_exp") > 0) & (F.col("n_deliv") == 0)
+    lost = known & (F.col("n_recv") == 0) & (F.col("n_deliv") == 0) & (F.col("n_exp") == 0)
+    pending = known & (F.col("n_recv") > 0) & (F.col("n_deliv") == 0) & (F.col("n_exp") == 0)
     duplicated = known & (F.col("n_deliv") > 1)
-    lat = F.when(known, F.col("latency"))
-    pct = ", ".join(str(p) for p in PERCENTILES)
-    s = per.agg(F.sum(known.cast("long")).alias("accepted"),
-                F.sum((known & (F.col("n_deliv") > 0)).cast("long")).alias("delivered"),
-                F.sum(lost.cast("long")).alias("lost"), F.sum(pending.cast("long")).alias("pending"),
-                F.sum(duplicated.cast("long")).alias("duplicated"),
-                F.sum("n_dup").alias("duplicate_arrivals"), F.sum((~known).cast("long")).alias("unmatched"),
-                F.count(lat).alias("count"), F.avg(lat).alias("mean"), F.max(lat).alias("max"),
-                F.expr(f"percentile(CASE WHEN gen > 0 THEN latency END, array({pct}))").alias("pct")).first()
-    pcts = s["pct"] or [None] * len(PERCENTILES)
+    notice = known & F.col("notice").isNotNull()
+    to_recv = F.when(known, F.col("recv.ts") - F.col("acc.ts"))
+    per_hop = F.when(F.col("hops") > 0, to_recv / F.col("hops"))
+
+    def n(cond):
+        return F.sum(cond.cast("long"))
+
+    def stats(name, value):
+        """count, mean, max and the exact percentiles of a column (aggregates named name_*)."""
+        pct = F.expr(f"percentile({name}, array({', '.join(str(p) for p in PERCENTILES)}))")
+        return [F.count(value).alias(f"{name}_count"), F.avg(value).alias(f"{name}_mean"),
+                F.max(value).alias(f"{name}_max"), pct.alias(f"{name}_pct")]
+
+    s = (per.select("*", F.when(known, F.col("latency")).alias("lat"), to_recv.alias("to_recv"),
+                    per_hop.alias("per_hop"))
+         .agg(n(known).alias("accepted"), n(known & (F.col("n_deliv") > 0)).alias("delivered"),
+              n(lost).alias("lost"), n(pending).alias("pending"), n(duplicated).alias("duplicated"),
+              F.sum("n_dup").alias("duplicate_arrivals"), n(~known).alias("unmatched"),
+              n(expired).alias("expired"), F.sum("n_fwd").alias("forwarded_events"),
+              n(known & (F.col("n_fwd") > 0)).alias("forwarded_messages"),
+              *[n(expired & (F.col("reason") == i + 1)).alias(f"reason{i + 1}") for i in range(len(EXPIRY_REASONS) + 1)],
+              n(notice).alias("notices"), n(notice & (F.col("n_deliv") > 0)).alias("notices_delivered"),
+              n(notice & lost).alias("notices_lost"),
+              *[n(notice & (F.col("notice") == i + 1)).alias(f"notice{i + 1}") for i in range(len(NOTICE_KINDS) + 1)],
+              *stats("lat", F.col("lat")), *stats("to_recv", F.col("to_recv")), *stats("per_hop", F.col("per_hop")))
+         .first())
+
+    def figures(name):
+        pcts = s[f"{name}_pct"] or [None] * len(PERCENTILES)
+        return {"count": s[f"{name}_count"], "mean": s[f"{name}_mean"],
+                **{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, pcts)}, "max": s[f"{name}_max"]}
+
+    def by_code(names, prefix):
+        """Counts by name; "other" only when there is one."""
+        out = {k: s[f"{prefix}{i + 1}"] or 0 for i, k in enumerate(names)}
+        other = s[f"{prefix}{len(names) + 1}"] or 0
+        return out | ({"other": other} if other else {})
+
     messages = {k: s[k] or 0 for k in ("accepted", "delivered", "lost", "pending", "duplicated",
                                        "duplicate_arrivals", "unmatched")}
-    messages["latency"] = {"count": s["count"], "mean": s["mean"],
-                           **{f"p{round(p * 100)}": v for p, v in zip(PERCENTILES, pcts)}, "max": s["max"]}
-    histogram = _histogram(per.filter(known & F.col("latency").isNotNull()))
-    problems = [{"origin": r["origin"], "msg_id": r["msg_id"], "accepted": r["accepted"], "status": r["status"]}
-                for r in per.filter(lost | pending | duplicated)
+    messages["latency"] = figures("lat")
+    messages["expired"] = s["expired"] or 0
+    messages["expired_by_reason"] = by_code(EXPIRY_REASONS, "reason")
+    messages["latency_received"] = figures("to_recv")
+    messages["notices"] = {"accepted": s["notices"] or 0, "delivered": s["notices_delivered"] or 0,
+                           "lost": s["notices_lost"] or 0, "by_kind": by_code(NOTICE_KINDS, "notice")}
+    histogram, hops = _histogram(per.filter(known & F.col("latency").isNotNull()))
+    routing = {"forwarded_events": s["forwarded_events"] or 0, "forwarded_messages": s["forwarded_messages"] or 0,
+               "hops": hops, "hops_mean": (sum(r["hops"] * r["messages"] for r in hops)
+                                           / sum(r["messages"] for r in hops)) if hops else None,
+               "hops_max": max((r["hops"] for r in hops), default=None),
+               "latency_per_hop": figures("per_hop")}
+    problems = [{"origin": r["origin"], "msg_id": r["msg_id"], "accepted": r["accepted"], "status": r["status"],
+                 "path": _path(r["path"], r["last_pos"])}
+                for r in per.filter(lost | pending | duplicated | expired)
                 .select("origin", "msg_id", F.col("acc.ts").alias("accepted"),
-                        F.when(lost, "lost").when(pending, "pending").otherwise("duplicated").alias("status"))
+                        F.when(lost, "lost").when(pending, "pending").when(expired, "expired")
+                        .otherwise("duplicated").alias("status"),
+                        F.array(*[_decode(F.col(c)) for c in slots]).alias("path"), "last_pos")
                 .orderBy("accepted").limit(100_000).collect()]
     hwm = _high_water(per)
     per.unpersist()
-    return messages, hwm, histogram, problems
+    return messages, routing, hwm, histogram, problems
+
+
+def _path(hosts: list[str | None], last_pos: int | None) -> str:
+    """The hosts a message was at, in time order, a host once for each stay: "AA>BB>CC"; one that
+    arrived at more than PATH_SLOTS hosts (a routing loop) ends with ">..."."""
+    seen: list[str] = []
+    for h in hosts:
+        if h is not None and (not seen or seen[-1] != h):
+            seen.append(h)
+    more = last_pos is not None and last_pos >= len(hosts)
+    return ">".join(seen + ["..."] * more)
 
 
 def _code(host):
@@ -274,13 +357,20 @@ def _decode(code):
     return F.unhex(F.conv(code, 10, 16)).cast("string")
 
 
-def _histogram(lat) -> list[dict]:
-    """Latency counts in tenths of a decade (log scale: latencies span ms to hours)."""
+def _histogram(lat) -> tuple[list[dict], list[dict]]:
+    """Latency counts in tenths of a decade (log scale: latencies span ms to hours), and the
+    same messages counted by the lines they crossed: one aggregation for both."""
     from pyspark.sql import functions as F
     b = F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1e-4))) * 10)
-    rows = lat.groupBy(b.alias("b")).count().collect()
-    return sorted(({"low": 10 ** (r["b"] / 10), "high": 10 ** ((r["b"] + 1) / 10), "count": r["count"]}
-                   for r in rows), key=lambda r: r["low"])
+    rows = lat.groupBy(b.alias("b"), "hops").count().collect()
+    buckets: dict[int, int] = {}
+    hops: dict[int, int] = {}
+    for r in rows:
+        buckets[r["b"]] = buckets.get(r["b"], 0) + r["count"]
+        if r["hops"] is not None:
+            hops[r["hops"]] = hops.get(r["hops"], 0) + r["count"]
+    return ([{"low": 10 ** (k / 10), "high": 10 ** ((k + 1) / 10), "count": v} for k, v in sorted(buckets.items())],
+            [{"hops": k, "messages": v} for k, v in sorted(hops.items())])
 
 
 def _high_water(per) -> dict:
@@ -316,5 +406,6 @@ def _hosts(counts: dict, hwm: dict) -> list[dict]:
         rows.append({"host": h, "accepted": n["accepted"], "sent": n["sent"], "acked": n["acked"],
                      "received": n["received"], "delivered": n["delivered"],
                      "duplicates_dropped": n["duplicate"],
-                     "send_list_hwm": hwm.get((h, "send"), 0), "recv_list_hwm": hwm.get((h, "recv"), 0)})
+                     "send_list_hwm": hwm.get((h, "send"), 0), "recv_list_hwm": hwm.get((h, "recv"), 0),
+                     "forwarded": n["forwarded"], "expired": n["expired"]})
     return rows

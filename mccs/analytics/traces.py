@@ -15,7 +15,8 @@ URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 FIELDS = (("v", "long"), ("ts", "double"), ("host", "string"), ("line", "string"), ("proto", "string"),
           ("type", "string"), ("dir", "string"), ("kind", "string"), ("seq", "long"), ("origin", "string"),
           ("msg_id", "long"), ("from_id", "string"), ("to_id", "string"), ("user_id", "long"),
-          ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"))
+          ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"),
+          ("hops", "long"), ("via", "string"), ("reason", "string"), ("notice", "string"))
 
 
 def find_inputs(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -61,7 +62,9 @@ def load_events(spark, paths: list[str]):
                                    .option("pathGlobFilter", "*.{jsonl,jsonl.gz}").json(url)))
     for root in roots:
         df = spark.read.option("basePath", root).parquet(root)
-        frames.append(df.select(*[F.col(n).cast(k) for n, k in FIELDS], F.lit(False).alias("bad")))
+        # Parquet compacted before a field was added to FIELDS lacks its column: null, as in JSON
+        frames.append(df.select(*[(F.col(n) if n in df.columns else F.lit(None)).cast(k).alias(n) for n, k in FIELDS],
+                                F.lit(False).alias("bad")))
     events = frames[0]
     for df in frames[1:]:
         events = events.unionByName(df)
