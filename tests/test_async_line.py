@@ -7,7 +7,7 @@ from linedrivers import AsyncLine
 from linedrivers.async_line import SignOn, encode_frame, stuff, unstuff
 from linedrivers.crc import x25
 from linedrivers.events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked,
-                                MessageReceived, PeerRefused)
+                                MessageReceived)
 from linedrivers.image import encode
 from mccs.testbed.linesim import Channel, Harness, make_images, run_pair
 

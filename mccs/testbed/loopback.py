@@ -16,7 +16,6 @@ import collections
 import dataclasses
 import itertools
 import json
-import os
 import random
 import statistics
 import subprocess
