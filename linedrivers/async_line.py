@@ -367,7 +367,10 @@ class AsyncLine(AsyncSignOn):
             self._poll_at = self._now + self.reply_timeout
         elif kind == "R":
             self.counters["naks"] += 1
-            self._resend.add(seq)  # that frame only, if it is still unacknowledged (see _pump)
+            if self._peer_busy:  # the peer takes frames again (its R came where an A would): resume
+                self._resume("A", ack)
+            else:
+                self._resend.add(seq)  # that frame only, if it is still unacknowledged (see _pump)
         elif kind == "N" or kind == "A" and self._peer_busy:
             self._resume(kind, ack)
 

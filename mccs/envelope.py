@@ -1,7 +1,7 @@
 """The routing envelope: what a message carries across hosts, on lines that negotiated routing.
 
 The line protocols carry an image `TO_ID FROM_ID MSG_ID USER_ID LENGTH MESSAGE` (DESIGN.md 4)
-and know nothing of routing. On a line whose sign-on agreed on the ROUTE feature
+and know nothing of routing. On a line whose sign-on agreed on the ROUTE2 feature
 (docs/ROUTING.md), the last 15 bytes counted in LENGTH are this envelope, not message text:
 
     'R'(1) HOPS(1) FLAGS(1) EPOCH(4) PSEQ(4) TTL(4)        big-endian

@@ -249,7 +249,8 @@ class Lines:
         dests = [d for d in self.lists.send.waiting() if self.routes.next_hop(d) == lcb.peer
                  and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
         queues = [(blk for blk in self.lists.send.queue(d) if blk.state is not BlockState.IN_FLIGHT
-                   and (lcb.routed or not blk.pseq)) for d in dests]  # numbered ones travel only with a number
+                   and (lcb.routed or not blk.pseq)  # numbered ones travel only with a number
+                   and blk.parked_until <= wall) for d in dests]
         while room > 0 and queues:
             for queue in list(queues):
                 blk = next(queue, None)

@@ -44,6 +44,7 @@ class MSGBLOK:
     state: BlockState = BlockState.QUEUED
     holder: int | None = None  # RECV_LIST: the connection it was handed to
     sent: bool = False  # SEND_LIST: traced as sent on a line
+    parked_until: float = 0.0  # SEND_LIST: a void that met the hop limit twice waits here until then (wall)
 
     @classmethod
     def from_row(cls, row: Row) -> "MSGBLOK":
@@ -112,7 +113,7 @@ class SendList:
     def __init__(self):
         self._by_dest: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self._count = 0
-        self._expiring: list[tuple[float, int, MSGBLOK]] = []
+        self._expiring: list[tuple[float, int, str]] = []  # (expires, seq, dest); stale ones skipped
 
     def __len__(self) -> int:
         return self._count
@@ -121,19 +122,19 @@ class SendList:
         self._by_dest[blk.dest][blk.seq] = blk
         self._count += 1
         if blk.expires:
-            heapq.heappush(self._expiring, (blk.expires, blk.seq, blk))
+            heapq.heappush(self._expiring, (blk.expires, blk.seq, blk.dest))
 
     def expired(self, wall: float) -> list[MSGBLOK]:
         """Blocks still here whose time has passed and that no line holds. One a line holds is
         looked at again a second later: if its acknowledgement comes, it has left."""
         due, busy = [], []
         while self._expiring and self._expiring[0][0] <= wall:
-            entry = heapq.heappop(self._expiring)
-            blk = entry[2]
-            if self._by_dest.get(blk.dest, {}).get(blk.seq) is not blk or not blk.expires:
+            _, seq, dest = heapq.heappop(self._expiring)
+            blk = self._by_dest.get(dest, {}).get(seq)
+            if blk is None or not blk.expires:  # gone already, or a void now
                 continue
             if blk.state is BlockState.IN_FLIGHT:
-                busy.append((wall + 1.0, blk.seq, blk))
+                busy.append((wall + 1.0, seq, dest))
             else:
                 due.append(blk)
         for entry in busy:
@@ -149,6 +150,10 @@ class SendList:
             self._count -= 1
             if not bucket:
                 del self._by_dest[blk.dest]
+            if len(self._expiring) > 2 * self._count + 1024:  # mostly entries of blocks gone: rebuild
+                self._expiring = [(b.expires, b.seq, b.dest) for q in self._by_dest.values() for b in q.values()
+                                  if b.expires]
+                heapq.heapify(self._expiring)
 
     def waiting(self) -> dict[str, int]:
         """Blocks per destination host."""

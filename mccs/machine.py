@@ -9,7 +9,9 @@ from linedrivers.events import Event
 from . import envelope
 from .config import LineConfig
 
-ROUTE = "ROUTE"  # the sign-on feature of routing lines (docs/ROUTING.md)
+# The sign-on feature of routing lines with the 15-byte envelope (docs/ROUTING.md). "ROUTE" named
+# the 11-byte envelope of commit 89dbfdc, which is not spoken: such a peer gets direct traffic only.
+ROUTE = "ROUTE2"
 
 
 class LineMachine(Protocol):

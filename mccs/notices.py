@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 
 from checkpoint import changes as ch
 from checkpoint.changes import Table
@@ -25,6 +26,8 @@ from .effects import Effects
 from .envelope import NOTICE, VOID
 from .lists import MSGBLOK, Lists, Sequence
 from .msgids import MsgIds
+
+log = logging.getLogger("mccs.notices")
 
 NAME = "MCCS"  # the daemon's own process name: notices come from it, no process may take it
 
@@ -72,7 +75,14 @@ class Notices:
         to_id = about.from_id
         local = host_of(to_id) == self.host
         seq = self.seqs.take()
-        msg_id, id_changes = self.ids.allocate(host_of(to_id), seq)
+        try:
+            msg_id, id_changes = self.ids.allocate(host_of(to_id), seq)
+        except RuntimeError:  # every MSG_ID in use: the pass must go on, so the notice is not made
+            self.counters["notices_not_made"] += 1
+            fx.trace("msg", "notice_not_made", notice=kind, reason="no free MSG_ID", **fields(about))
+            log.error("%s: no free MSG_ID for the %s notice of %s/%d to %s: not sent", self.host, kind,
+                      about.origin, about.msg_id, to_id.rstrip())
+            return
         text = json.dumps({"notice": kind, "msg_id": about.msg_id, "to_id": about.to_id, "reason": reason,
                            "at": round(wall, 3)}).encode()
         blk = MSGBLOK(seq, to_id, self.host + NAME, msg_id, about.msg_id, text, wall,

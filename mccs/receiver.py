@@ -28,6 +28,8 @@ from .pairs import Pairs, Verdict
 
 log = logging.getLogger("mccs.receiver")
 
+VOID_RETRY = 60.0  # seconds a void that met the hop limit twice waits before it goes round again
+
 
 @dataclass
 class Arrival:
@@ -107,10 +109,14 @@ class MessageReceiver:
             self.counters["hop_limit"] += 1
             log.warning("%s: %s/%d for %s reached the hop limit (%d) coming from %s: a routing loop?", self.host,
                         blk.origin, m.msg_id, m.to_id.rstrip(), self.hop_limit, src.peer)
-            if not self.notices.returned(fx, blk, f"it reached the hop limit of {self.hop_limit} at {self.host}",
-                                         "hop limit", wall):
-                return
-            blk.hops = 0  # the void of a looping message gets one more round to reach its destination
+            voided = self.notices.returned(fx, blk, f"it reached the hop limit of {self.hop_limit} at {self.host}",
+                                           "hop limit", wall)
+            if not voided and not (blk.pseq and blk.flags & VOID):
+                return  # nothing waits for it at the destination
+            if not voided:  # a void that went round again: it waits here and tries again later, so that
+                blk.parked_until = wall + VOID_RETRY  # its successors get their turn once the loop is mended
+                self.counters["voids_parked"] += 1
+            blk.hops = 0
         self.lists.send.add(blk)
         if blk.origin == self.host:  # came back round: its MSG_ID is in use here again
             self.ids.hold(blk.msg_id)

@@ -11,7 +11,7 @@ neighbour said, and a line coming UP exchanges full vectors.
 Which route wins, for a destination D:
 1. a `[[route]] to = D` (static);
 2. the direct line, when D is a neighbour whose line does not route (BSC, or a peer that signed
-   on without ROUTE): D's messages always take that line, and wait while it is down, so that
+   on without ROUTE2): D's messages always take that line, and wait while it is down, so that
    they never reach D by two disciplines at once (docs/ROUTING.md);
 3. the best learned distance through an UP routing neighbour (`routing = "auto"` only);
 4. the direct line when D is a neighbour (its messages wait while that line is down);
@@ -59,7 +59,7 @@ class RoutingTable:
 
     # -- inputs --------------------------------------------------------------------------------
     def line_up(self, peer: str, now: float, routed: bool = True) -> list[Change]:
-        """A line signed on; `routed`: both ends offered ROUTE."""
+        """A line signed on; `routed`: both ends offered ROUTE2."""
         if routed:
             self.direct_only.discard(peer)
             self.up.add(peer)

@@ -143,9 +143,44 @@ def test_unknown_hosts_are_refused_and_a_static_loop_ends_at_the_hop_limit(tmp_p
     msg_id = src.send("ZZR", b"loop")["msg_id"]
     n = _notice(src.recv(timeout=30))
     assert (n["notice"], n["msg_id"]) == ("undeliverable", msg_id) and "hop limit of 4" in n["reason"]
-    assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=30)
+    parked = lambda: sum(h.kernel.counters["voids_parked"] for h in net.hosts.values())  # noqa: E731
+    assert net.run(parked, duration=30)  # the message, then its void met the limit: the void waits
     limits = net["AA"].kernel.counters["hop_limit"] + net["BB"].kernel.counters["hop_limit"]
-    assert limits == 2 and src.recv(wait=False)["msg"] is None  # the message, then its void: one notice
+    assert limits == 2 and src.recv(wait=False)["msg"] is None  # one notice
+    assert sum(len(h.kernel.lists.send) for h in net.hosts.values()) == 1
+
+
+def test_a_void_waits_out_a_routing_loop_and_its_successors_are_delivered_once_the_loop_is_mended(tmp_path):
+    import base64
+    net = _net(tmp_path, ["AA-BB", "BB-CC"], routing="static", hop_limit=4)
+    net["BB"].cfg.routes.append(RouteConfig("CC", "AA"))  # a mistake: BB sends CC's messages back
+    net["AA"].cfg.routes.append(RouteConfig("CC", "BB"))
+    for hid in ("AA", "BB"):
+        net[hid].crash()
+    src = net.client("AA", "S")
+    src.send("CCR", b"lost in the loop")
+    assert _notice(src.recv(timeout=30))["notice"] == "undeliverable"
+    assert net.run(lambda: net["AA"].kernel.counters["voids_parked"] + net["BB"].kernel.counters["voids_parked"],
+                   duration=30)
+    net["BB"].cfg.routes.clear()  # mended: CC is BB's neighbour
+    net["BB"].crash()
+    src.send("CCR", b"after the repair")
+    got = _drain(net.client("CC", "R"), 1, net)  # the void went on (within VOID_RETRY) and did not hold it
+    assert base64.b64decode(got[0]) == b"after the repair"
+    assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=120)
+    assert net["CC"].kernel.counters["voids"] == 1
+
+
+def test_the_send_list_forgets_the_expiry_of_blocks_that_left():
+    from mccs.lists import SendList
+    sl = SendList()
+    blks = [MSGBLOK(i, "BBR   ", "AAS   ", i, 0, b"x" * 100, 0.0, expires=1e9) for i in range(1, 5001)]
+    for b in blks:
+        sl.add(b)
+    for b in blks[:4990]:
+        sl.remove(b)
+    assert len(sl._expiring) <= 2 * len(sl) + 1024  # not one entry (and block) per message that left
+    assert [b.seq for b in sl.expired(2e9)] == [b.seq for b in blks[4990:]]
 
 
 def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path):
