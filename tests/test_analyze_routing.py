@@ -247,3 +247,32 @@ def test_direct_traffic_crosses_one_line_and_lost_paths_end_at_origin(spark, tmp
         hosts = r["path"].split(">")
         assert hosts[0] == r["origin"] and len(hosts) <= 2, r
         assert r["status"] != "lost" or len(hosts) == 1, r
+
+
+@pytest.mark.timeout(180)
+def test_percentiles_from_brackets_are_sparks_exact_ones(spark, monkeypatch, tmp_path):
+    """Above EXACT_UP_TO messages the percentiles come from approximate brackets and the values
+    inside them: bit for bit what Spark's exact `percentile` gives, ties and nulls included."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from mccs.analytics import spark as job
+    rnd = random.Random(11)
+    rows = [(T + rnd.random() * 50 - T, rnd.choice([0.25, 0.5, 1.0, None]), None) for _ in range(30_000)]
+    df = spark.createDataFrame(rows, "a double, b double, c double")
+    names = ("a", "b", "c")
+    s = df.agg(*[F.count(n).alias(f"{n}_count") for n in names], *[job._brackets(n) for n in names]).first()
+    got = job._percentiles(df, s, names, strict=True)
+    pct = ", ".join(str(p) for p in job.PERCENTILES)
+    want = df.agg(*[F.expr(f"percentile({n}, array({pct}))") for n in names]).first()
+    assert got["a"] == want[0] and got["b"] == want[1] and got["c"] == [None, None, None]
+    assert len(set(got["a"])) == 3 and got["b"] == [0.5, 1.0, 1.0]
+    # and the whole analysis takes the same way: the same figures to the bit
+    roots = chain_traces().write(tmp_path / "traces")
+    exact = run_analysis(roots, spark=spark)
+    monkeypatch.setattr(job, "EXACT_UP_TO", 0)
+    bracketed = run_analysis(roots, spark=spark)
+    for key in ("latency", "latency_received"):
+        assert bracketed["messages"][key] == exact["messages"][key]
+    assert bracketed["routing"]["latency_per_hop"] == exact["routing"]["latency_per_hop"]
