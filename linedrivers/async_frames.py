@@ -74,6 +74,7 @@ class SignOn:
     nonce: bytes = b""
     proof: bytes = b""
     features: tuple[str, ...] = ()  # FEAT=A,B: what this end can do beyond DESIGN.md (docs/ROUTING.md)
+    large: int = 0  # LARGE=n: the largest message this end takes cut in segments (docs/PROTOCOL.md)
 
     def encode(self) -> bytes:
         text = f"{VERSION} HOST={self.host} WINDOW={self.window} MAXMSG={self.maxmsg}"
@@ -81,6 +82,7 @@ class SignOn:
         text += f" AUTH={self.nonce.hex()}" if self.nonce else ""
         text += f" PROOF={self.proof.hex()}" if self.proof else ""
         text += f" FEAT={','.join(self.features)}" if self.features else ""
+        text += f" LARGE={self.large}" if self.large else ""
         return text.encode("ascii")
 
     @classmethod
@@ -92,10 +94,10 @@ class SignOn:
             signon = cls(check_host_id(fields["HOST"]), int(fields["WINDOW"]), int(fields["MAXMSG"]),
                          fields.get("SESSION", ""), bytes.fromhex(fields.get("AUTH", "")),
                          bytes.fromhex(fields.get("PROOF", "")),
-                         tuple(f for f in fields.get("FEAT", "").split(",") if f))
+                         tuple(f for f in fields.get("FEAT", "").split(",") if f), int(fields.get("LARGE", 0)))
         except (UnicodeDecodeError, KeyError, ValueError, IdError):
             return None
-        ok = version == VERSION and 1 <= signon.window <= 127 and 0 <= signon.maxmsg <= 65535
+        ok = version == VERSION and 1 <= signon.window <= 127 and 0 <= signon.maxmsg <= 65535 and signon.large >= 0
         return signon if ok and len(signon.nonce) in (0, NONCE_SIZE) else None
 
 

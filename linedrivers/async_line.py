@@ -43,7 +43,7 @@ class AsyncLine(AsyncSignOn):
     def __init__(self, local: str, peer: str, *, window: int = 8, baud: int = 9600,
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
                  retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None,
-                 features: tuple[str, ...] = (), selective_repeat: bool = True):
+                 features: tuple[str, ...] = (), selective_repeat: bool = True, large: int = 0):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
@@ -52,6 +52,7 @@ class AsyncLine(AsyncSignOn):
             raise ValueError("an empty secret")
         self.local, self.peer = check_host_id(local), check_host_id(peer)
         self.window, self.baud, self.max_message = window, baud, max_message
+        self.large = large  # offered as LARGE= at sign-on: the owner cuts larger messages in segments
         self.special = XONXOFF_STUFFED if xonxoff_safe else STUFFED
         self.reply_timeout, self.retry_limit, self.keepalive = reply_timeout, retry_limit, keepalive
         self.counters = dict.fromkeys(
@@ -145,6 +146,11 @@ class AsyncLine(AsyncSignOn):
     def room(self) -> int:
         """Images the owner should hand over now: enough for a window in flight and one queued."""
         return max(0, 2 * self._window - len(self._held)) if self.state is State.UP else 0
+
+    def segment_size(self) -> int:
+        """MESSAGE bytes the owner should put in the next image when it cuts a large message in
+        segments: the line's agreed MAXMSG (an image must fit one frame)."""
+        return self._maxmsg
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""

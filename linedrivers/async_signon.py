@@ -17,7 +17,8 @@ class AsyncSignOn:
     """Sign-on and sign-off frames; the rest of the machine is AsyncLine's."""
 
     def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
-        return SignOn(self.local, self.window, self.max_message, session, nonce, proof, self.features).encode()
+        return SignOn(self.local, self.window, self.max_message, session, nonce, proof, self.features,
+                      self.large).encode()
 
     def _send_signon(self, kind: str, session: str) -> None:
         self._emit(kind, body=self._signon_body(session, self._nonce if kind == "S" else b""))
@@ -72,7 +73,8 @@ class AsyncSignOn:
         self.counters["signons"] += 1
         agreed = frozenset(self.features) & frozenset(signon.features)
         self._sr = SREJ in agreed
-        self._events.append(LineUp(self.peer, agreed))
+        large = min(self.large, signon.large) if self.large and signon.large else 0
+        self._events.append(LineUp(self.peer, agreed, large))
 
     def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
         """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 class LineUp:
     peer: str
     features: frozenset[str] = frozenset()  # offered by both ends at sign-on (docs/PROTOCOL.md)
+    large: int = 0  # the largest whole message both ends take in segments (LARGE=, the smaller); 0: none
 
 
 @dataclass
