@@ -10,6 +10,7 @@ KINDS = {
     "network": "end-to-end throughput and latency through daemons over serial lines",
     "analyze": "Spark analytics events per second from JSON Lines and Parquet",
     "route": "multi-hop goodput, latency per hop and reroute time through daemons over 9600-baud lines",
+    "bulk": "one bulk transfer: MCCS async and BSC against ZMODEM and UUCP 'i' over the same paced line",
 }
 
 
