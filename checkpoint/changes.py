@@ -22,11 +22,29 @@ class Table(StrEnum):
     KNOWN_HOSTS = "known_hosts"  # every host ever learned by routing: a SEND to it is accepted and waits
     PAIR_OUT = "pair_out"  # per destination host: the next end-to-end sequence number of this origin
     PAIR_IN = "pair_in"  # per origin host: its epoch and the next end-to-end sequence number expected
+    PARTIALS = "partials"  # large messages being received: the bytes so far (mccs.segments)
+    SEG_DONE = "seg_done"  # large messages received lately: a resent last segment is a duplicate
 
 
 MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch", "expires",
-                   "flags")
+                   "flags", "crc", "acked")
 WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "flags")
+
+
+INLINE_MAX = 65536  # a text longer than this is kept in the checkpoint only (Stored), not in memory
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A message text kept in the checkpoint only: column `data` of row `rowid` of `table`. The
+    daemon's core never holds a large message whole; the shell reads it in pieces."""
+    table: str
+    rowid: int
+    size: int
+    crc: int  # CRC-32 of the text
+
+    def __len__(self) -> int:
+        return self.size
 
 
 @dataclass(frozen=True)
@@ -37,13 +55,15 @@ class Row:
     from_id: str
     msg_id: int
     user_id: int
-    data: bytes
+    data: bytes | Stored
     ts: float
     hops: int = 0  # lines crossed so far (routed messages)
     pseq: int = 0  # end-to-end sequence number of (origin, destination); 0: none yet
     epoch: str = ""  # the origin checkpoint's epoch, with pseq
     expires: float = 0.0  # wall-clock time at this host after which it no longer waits; 0: never
     flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
+    crc: int = 0  # CRC-32 of a text longer than one frame (it goes in segments); 0 otherwise
+    acked: int = 0  # SEND_LIST: bytes of it the next host holds (a transfer in segments resumes there)
 
 
 @dataclass(frozen=True)
@@ -66,12 +86,57 @@ class Change:
     params: tuple
 
 
+@dataclass(frozen=True)
+class BlobWrite(Change):
+    """Bytes written into a stored text at `offset` (SQLite incremental blob I/O), in the pass's
+    transaction: sql names the table, params are (rowid, offset, data)."""
+
+
 def _insert(table: Table, columns: tuple[str, ...], verb: str = "INSERT") -> str:
     return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})"
 
 
 def add_block(table: Table, row: Row) -> Change:
-    return Change(_insert(table, MSGBLOK_COLUMNS), dataclasses.astuple(row))
+    """A MSGBLOK; one whose text is `Stored` elsewhere gets a copy of it, made inside SQLite."""
+    if not isinstance(row.data, Stored):
+        return Change(_insert(table, MSGBLOK_COLUMNS), dataclasses.astuple(row))
+    values = [getattr(row, c) for c in MSGBLOK_COLUMNS if c != "data"]
+    selected = ", ".join("data" if c == "data" else "?" for c in MSGBLOK_COLUMNS)
+    return Change(f"INSERT INTO {table} ({', '.join(MSGBLOK_COLUMNS)}) SELECT {selected} FROM {row.data.table} "
+                  "WHERE rowid = ?", (*values, row.data.rowid))
+
+
+def set_acked(seq: int, acked: int) -> Change:
+    """How much of a SEND_LIST block in segments the next host holds."""
+    return Change(f"UPDATE {Table.SEND_LIST} SET acked = ? WHERE seq = ?", (acked, seq))
+
+
+def add_partial(pid: int, origin: str, msg_id: int, to_id: str, total: int, crc: int, ts: float) -> Change:
+    """A large message starts to arrive: room for all of it (zeros), filled in as segments come."""
+    return Change(f"INSERT OR REPLACE INTO {Table.PARTIALS} (id, origin, msg_id, to_id, total, crc, got, run, ts, "
+                  "data) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, zeroblob(?))", (pid, origin, msg_id, to_id, total, crc,
+                                                                            ts, total))
+
+
+def write_blob(table: Table, rowid: int, offset: int, data: bytes) -> BlobWrite:
+    return BlobWrite(str(table), (rowid, offset, bytes(data)))
+
+
+def set_partial_got(pid: int, got: int, run: int) -> Change:
+    return Change(f"UPDATE {Table.PARTIALS} SET got = ?, run = ? WHERE id = ?", (got, run, pid))
+
+
+def delete_partial(pid: int) -> Change:
+    return Change(f"DELETE FROM {Table.PARTIALS} WHERE id = ?", (pid,))
+
+
+def add_seg_done(origin: str, msg_id: int, to_id: str, total: int, crc: int, seq: int) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.SEG_DONE} (origin, msg_id, to_id, total, crc, seq) "
+                  "VALUES (?, ?, ?, ?, ?, ?)", (origin, msg_id, to_id, total, crc, seq))
+
+
+def delete_seg_done(origin: str, msg_id: int) -> Change:
+    return Change(f"DELETE FROM {Table.SEG_DONE} WHERE origin = ? AND msg_id = ?", (origin, msg_id))
 
 
 def set_void(table: Table, seq: int, flags: int) -> Change:

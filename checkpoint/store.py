@@ -10,6 +10,7 @@ before is refused, never silently replaced by an empty host.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import secrets
@@ -20,14 +21,18 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .changes import MSGBLOK_COLUMNS, WAITING_COLUMNS, Change, PendingSend, Row, Table
+from .changes import INLINE_MAX, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Row, Stored, Table
 
 MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes,
-                  "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int}
+                  "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int, "crc": int,
+                  "acked": int}
+PARTIALS_SCHEMA = {"id": int, "origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "got": int,
+                   "run": int, "ts": float, "data": bytes}
+SEG_DONE_SCHEMA = {"origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "seq": int}
 WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int, "data": bytes, "ttl": float,
                   "flags": int}
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SIDE_FILES = ("-wal", "-shm")
 
 
@@ -53,6 +58,8 @@ class Restored:
     known_hosts: list[str] = field(default_factory=list)
     pairs_out: dict[str, int] = field(default_factory=dict)  # destination host -> next pseq
     pairs_in: dict[str, tuple[str, int]] = field(default_factory=dict)  # origin host -> (epoch, expected pseq)
+    partials: list[tuple] = field(default_factory=list)  # (id, origin, msg_id, to_id, total, crc, got, run, ts)
+    seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
 
 
 class Checkpoint:
@@ -145,6 +152,7 @@ class Checkpoint:
             db[Table.DUP_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
             db[Table.SENT_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
             self._create_routing_tables(db)
+            self._create_segment_tables(db)
             db[Table.META].insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                        {"key": "host_id", "value": self.host_id},
                                        {"key": "next_msg_id", "value": "1"},
@@ -157,6 +165,11 @@ class Checkpoint:
         db[Table.PAIR_OUT].create({"dest": str, "next": int}, pk="dest")
         db[Table.PAIR_IN].create({"origin": str, "epoch": str, "expect": int}, pk="origin")
 
+    @staticmethod
+    def _create_segment_tables(db: sqlite_utils.Database) -> None:
+        db[Table.PARTIALS].create(PARTIALS_SCHEMA, pk="id")
+        db[Table.SEG_DONE].create(SEG_DONE_SCHEMA, pk=("origin", "msg_id"))
+
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if meta.get("host_id") != self.host_id:
@@ -166,7 +179,8 @@ class Checkpoint:
         if version not in [str(v) for v in range(1, SCHEMA_VERSION + 1)]:
             raise CheckpointError(f"checkpoint {self.path} has schema version {version!r}, "
                                   f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
-        for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3)):
+        for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
+                               (4, self._migrate_from_4)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -207,6 +221,17 @@ class Checkpoint:
                 for column in columns:
                     kind = "INTEGER" if column == "flags" else "REAL"
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind} NOT NULL DEFAULT 0")
+            conn.execute(f"UPDATE {Table.META} SET value = '4' WHERE key = 'schema_version'")
+
+    def _migrate_from_4(self, conn: sqlite3.Connection) -> None:
+        """Version 5 adds large messages: a text's CRC-32 and how much of it the next host holds,
+        the partials being received and the transfers completed lately."""
+        with conn:
+            conn.execute("BEGIN")
+            for table in (Table.SEND_LIST, Table.RECV_LIST):
+                for column in ("crc", "acked"):
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+            self._create_segment_tables(sqlite_utils.Database(conn))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # -- Initialization -------------------------------------------------------------------
@@ -215,7 +240,16 @@ class Checkpoint:
         q = self.conn.execute
 
         def rows(table: Table) -> list[Row]:
-            return [Row(*r) for r in q(f"SELECT {', '.join(MSGBLOK_COLUMNS)} FROM {table} ORDER BY seq")]
+            """Texts longer than INLINE_MAX stay in the file: a Stored stands for them."""
+            columns = ", ".join(f"CASE WHEN length(data) > {INLINE_MAX} THEN NULL ELSE data END" if c == "data" else c
+                                for c in MSGBLOK_COLUMNS)
+            out = []
+            for r in q(f"SELECT {columns}, length(data) FROM {table} ORDER BY seq"):
+                row = Row(*r[:-1])
+                if row.data is None:
+                    row = dataclasses.replace(row, data=Stored(str(table), row.seq, r[-1], row.crc))
+                out.append(row)
+            return out
 
         def keys(table: Table) -> list[tuple[str, int]]:
             return [(h, m) for h, m in q(f"SELECT host, msg_id FROM {table} ORDER BY seq")]
@@ -226,7 +260,9 @@ class Checkpoint:
                         int(meta["next_seq"]), keys(Table.DUP_WINDOW), keys(Table.SENT_WINDOW), meta["epoch"],
                         [h for (h,) in q(f"SELECT host FROM {Table.KNOWN_HOSTS} ORDER BY host")],
                         dict(q(f"SELECT dest, next FROM {Table.PAIR_OUT}").fetchall()),
-                        {o: (e, n) for o, e, n in q(f"SELECT origin, epoch, expect FROM {Table.PAIR_IN}")})
+                        {o: (e, n) for o, e, n in q(f"SELECT origin, epoch, expect FROM {Table.PAIR_IN}")},
+                        q(f"SELECT id, origin, msg_id, to_id, total, crc, got, run, ts FROM {Table.PARTIALS}").fetchall(),
+                        q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall())
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:
@@ -237,7 +273,13 @@ class Checkpoint:
         try:
             execute("BEGIN")
             for c in changes:
-                execute(c.sql, c.params)
+                if isinstance(c, BlobWrite):
+                    rowid, offset, data = c.params
+                    with self.conn.blobopen(c.sql, "data", rowid) as blob:
+                        blob.seek(offset)
+                        blob.write(data)
+                else:
+                    execute(c.sql, c.params)
             execute("COMMIT")
         except sqlite3.Error as e:
             with contextlib.suppress(sqlite3.Error):
@@ -246,6 +288,12 @@ class Checkpoint:
                 raise CheckpointFull(f"checkpoint {self.path}: {e}") from None
             raise
         self.commits += 1
+
+    def read_blob(self, stored: Stored, offset: int, n: int) -> bytes:
+        """A piece of a text kept in the file (a large message), without reading the rest."""
+        with self.conn.blobopen(stored.table, "data", stored.rowid, readonly=True) as blob:
+            blob.seek(offset)
+            return blob.read(n)
 
     def find_send_done(self, req: str) -> tuple[int, str] | None:
         """The MSG_ID and TO_ID a SEND request got, if it was stored (a retry after a restart)."""

@@ -16,6 +16,7 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Callable
 
 from linedrivers.ids import IdError, host_of, process_id
 
@@ -23,6 +24,7 @@ from .ipc import LENGTH, b64, frame, unb64
 
 BLANK_ID = " " * 6
 GRACE = 5.0  # seconds the daemon has to answer what it can answer at once
+CHUNK = 256 << 10  # a large text is written in pieces this big (progress is told after each)
 
 
 class MCCSError(Exception):
@@ -91,6 +93,7 @@ class Client:
         self.process_id: str | None = None
         self.host: str | None = None
         self.max_message = 128
+        self.binary = False  # the daemon takes and gives large texts as they are after the JSON (ipc)
         self._sock: socket.socket | None = None
         self._rbuf = bytearray()
         self._ids = iter(range(1, 1 << 62))
@@ -129,9 +132,10 @@ class Client:
             raise
         self._sock = sock
         if self.name is not None:
-            reply = self._exchange({"op": "hello", "name": self.name})
+            reply = self._exchange({"op": "hello", "name": self.name, "binary": True})
             self.process_id, self.host = reply["process"], reply["host"]
             self.max_message = reply.get("max_message", 128)
+            self.binary = reply.get("v", 2) >= 3
 
     def _drop(self) -> None:
         if self._sock is not None:
@@ -164,24 +168,32 @@ class Client:
 
     # -- framing --------------------------------------------------------------------------
     def _write(self, obj: dict) -> int:
+        """Send a request; its `_att` (data, and a progress callback) goes after it as it is."""
         obj["id"] = next(self._ids)
+        att = obj.pop("_att", None)
         self._sock.settimeout(self.grace)
-        self._sock.sendall(frame(obj))
+        if att is None:
+            self._sock.sendall(frame(obj))
+            return obj["id"]
+        data, progress = att
+        self._sock.sendall(frame({**obj, "bin": len(data)}))
+        view = memoryview(data)
+        for offset in range(0, len(data), CHUNK):
+            self._sock.sendall(view[offset:offset + CHUNK])
+            if progress is not None:
+                progress(min(offset + CHUNK, len(data)), len(data))
         return obj["id"]
 
     def _read(self, timeout: float | None) -> dict | None:
         """The next reply, or None when `timeout` seconds pass first (the stream stays intact)."""
         end = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         while True:
-            if len(self._rbuf) >= LENGTH.size:
-                (n,) = LENGTH.unpack_from(self._rbuf)
-                if len(self._rbuf) >= LENGTH.size + n:
-                    reply = json.loads(bytes(self._rbuf[LENGTH.size:LENGTH.size + n]))
-                    del self._rbuf[:LENGTH.size + n]
-                    key = self._pending_confirms.pop(reply.get("id"), None)
-                    if key is not None and reply.get("ok"):
-                        self._seen_set.discard(key)  # committed: it will never be handed again
-                    return reply
+            reply = self._reply()
+            if reply is not None:
+                key = self._pending_confirms.pop(reply.get("id"), None)
+                if key is not None and reply.get("ok"):
+                    self._seen_set.discard(key)  # committed: it will never be handed again
+                return reply
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 return None
@@ -193,6 +205,24 @@ class Client:
             if not chunk:
                 raise ConnectionError("the daemon closed the connection")
             self._rbuf += chunk
+
+    def _reply(self) -> dict | None:
+        """A whole reply from the buffer (with its attachment, in `bin`), or None yet."""
+        if len(self._rbuf) < LENGTH.size:
+            return None
+        (n,) = LENGTH.unpack_from(self._rbuf)
+        end = LENGTH.size + n
+        if len(self._rbuf) < end:
+            return None
+        reply = json.loads(bytes(self._rbuf[LENGTH.size:end]))
+        extra = reply.get("bin") if type(reply.get("bin")) is int else None
+        if extra is not None:
+            if len(self._rbuf) < end + extra:
+                return None
+            reply["bin"] = bytes(memoryview(self._rbuf)[end:end + extra])
+            end += extra
+        del self._rbuf[:end]
+        return reply
 
     def _exchange(self, obj: dict, deadline: float | None = None, wait: str = "prompt") -> dict:
         """Send one request and read up to its reply (confirm replies on the way are consumed).
@@ -242,12 +272,14 @@ class Client:
 
     # -- the primitives ---------------------------------------------------------------------
     def send(self, to_id: str, data: bytes, user_id: int = 0, timeout: float | None = None, *,
-             ttl: float | None = None, receipt: bool = False) -> int:
+             ttl: float | None = None, receipt: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> int:
         """SEND: returns the MSG_ID once the message is durable in the daemon's checkpoint. It may
         wait for a buffer; with `timeout`, a SEND not stored by then is taken back (NotStored).
         `ttl`: seconds it may wait on the way (default: the host's `ttl`), after which an
         undeliverable notice comes back; `receipt`: a delivered notice once its process took it.
-        Notices are messages from the daemon's process MCCS (see README, Notices)."""
+        Notices are messages from the daemon's process MCCS (see README, Notices). `progress(done,
+        total)` is called as a large message is handed to the daemon."""
         try:
             to_id = process_id(to_id)
         except IdError as e:
@@ -255,11 +287,15 @@ class Client:
         if len(data) > self.max_message:
             raise Refused(f"message of {len(data)} bytes is over the maximum of {self.max_message}", "too_large")
         req = uuid.uuid4().hex
-        request = {"op": "send", "req": req, "to": to_id, "user_id": user_id, "data": b64(bytes(data)),
+        request = {"op": "send", "req": req, "to": to_id, "user_id": user_id,
                    **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {})}
+
+        def make() -> dict:  # as it is after the request, if the daemon takes that (asked again after a restart)
+            big = self.binary and len(data) > CHUNK // 16
+            return {**request, "_att": (data, progress)} if big else {**request, "data": b64(bytes(data))}
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            return self._call(lambda: dict(request), deadline, "patient")["msg_id"]
+            return self._call(make, deadline, "patient")["msg_id"]
         except _Deadline:
             reply = self._call(lambda: {"op": "cancel", "req": req})
             if reply.get("msg_id") is not None:  # stored just before the cancel
@@ -284,13 +320,15 @@ class Client:
         deadline = None if until is None or not wait else until + self.grace
         while True:
             try:
-                got = self._call(request, deadline, mode).get("msg")
+                reply = self._call(request, deadline, mode)
+                got = reply.get("msg")
             except _Deadline:
                 raise DaemonUnreachable(f"the MCCS daemon on {self.path} did not answer a RECV by its timeout") \
                     from None
             if got is None:
                 return None
-            msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"], unb64(got["data"]))
+            data = reply["bin"] if "bin" in reply else unb64(got["data"])
+            msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"], data)
             handed = (*msg.key, got["rid"])
             fresh = handed not in self._seen_set
             self._seen_set.add(handed)

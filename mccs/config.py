@@ -15,7 +15,7 @@ from pathlib import Path
 
 from linedrivers.ids import IdError, check_host_id, process_name
 
-from . import envelope
+from . import envelope, segments
 
 
 class ConfigError(ValueError):
@@ -30,6 +30,8 @@ def _internal(default=None, factory=None):
 
 
 SECRET_MIN = 16  # bytes in a line's secret_file
+MAX_MESSAGE = 16 << 20  # the largest max_message: 16 MiB (more than a frame goes in segments, mccs.segments)
+FRAME_MAX = 65535 - envelope.SIZE - segments.SIZE  # an image's LENGTH is 16 bits
 
 
 @dataclass
@@ -47,6 +49,7 @@ class LineConfig:
     code: str = "ebcdic"
     block_size: int = 256
     window: int = 8
+    frame_max: int = 8192  # async: the most MESSAGE bytes one frame carries (a larger message goes in segments)
     xonxoff_safe: bool = False
     reply_timeout: float = 3.0
     retry_limit: int = 7
@@ -67,6 +70,7 @@ class LineConfig:
         _range("window", self.window, 1, 127)
         _range("baud", self.baud, 50, 10_000_000)
         _range("block_size", self.block_size, 32, 65536)
+        _range("frame_max", self.frame_max, 128, FRAME_MAX)
         _range("retry_limit", self.retry_limit, 1, 1000)
         for key in ("reply_timeout", "disconnect_timeout", "ttd_timeout", "keepalive", "backoff_max"):
             _range(key, getattr(self, key), 0.001, 1e6)
@@ -165,7 +169,7 @@ class HostConfig:
             raise ConfigError(f"[host] id: {e}") from None
         _choice("synchronous", self.synchronous, ("full", "normal", "off"))
         _range("buffers", self.buffers, 1, 10_000_000)
-        _range("max_message", self.max_message, 1, 65535 - envelope.SIZE)  # room for the routing envelope
+        _range("max_message", self.max_message, 1, MAX_MESSAGE)
         _range("trace_max_bytes", self.trace_max_bytes, 4096, 1 << 40)
         _range("disk_reserve", self.disk_reserve, 0, 1 << 40)
         _choice("routing", self.routing, ("auto", "static"))

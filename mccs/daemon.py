@@ -21,13 +21,15 @@ import signal
 import sqlite3
 import time
 
+from checkpoint.changes import Stored
 from checkpoint.store import Checkpoint, CheckpointFull
 from linedrivers.port import SerialPort
 
 from . import requests, server
 from .config import HostConfig, LineConfig
 from .kernel import Kernel
-from .requests import Cancel, RequestError, Send, Status
+from .ipc import b64
+from .requests import Cancel, Hello, RequestError, Send, Status
 from .trace import TraceWriter
 
 log = logging.getLogger("mccs.daemon")
@@ -64,11 +66,14 @@ class Daemon:
     def initialize(self) -> None:
         """Open the checkpoint and restore the lists exactly as they were at the last commit."""
         self.cp = Checkpoint(self.cfg.checkpoint, self.host, self.cfg.synchronous, new=self.new_checkpoint)
-        self.kernel = Kernel(self.cfg, self.cp.restore())
+        self.kernel = self._core()
         self.trace = TraceWriter(self.cfg.trace_dir, self.host, self.cfg.trace_max_bytes)
         lists = self.kernel.status()["lists"]
         log.info("%s: restored SEND_LIST %d, RECV_LIST %d, WAIT_LIST %d, next MSG_ID %d", self.host,
                  lists["send"], lists["recv"], lists["wait"], self.kernel.ids.next_id)
+
+    def _core(self) -> Kernel:
+        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob)
 
     def run(self) -> int:
         """Initialization, then the loop until SIGTERM or SIGINT."""
@@ -89,7 +94,8 @@ class Daemon:
         self._stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stopping.set)
-        srv = await server.listen(self, self.cfg.socket, self.cfg.socket_group, 4096 + 2 * self.cfg.max_message)
+        srv = await server.listen(self, self.cfg.socket, self.cfg.socket_group, 4096 + 2 * self.cfg.max_message,
+                                  self.cfg.max_message)
         for lc in self.cfg.lines:
             self.ports[lc.peer] = self._open_port(lc)
         self.wake()
@@ -141,6 +147,8 @@ class Daemon:
         except RequestError as e:
             self.kernel.refuse(conn.id, rid, e)
         else:
+            if isinstance(req, Hello) and obj.get("binary") is True:
+                conn.binary = True
             if isinstance(req, Status):  # administrative: answered at once, no process name needed
                 conn.answer({"id": rid, "ok": True, "status": self.status()})
                 return
@@ -194,12 +202,29 @@ class Daemon:
         for reply in fx.replies:
             conn = self.conns.get(reply.conn)
             if conn is not None:
-                conn.answer(reply.body)
+                self._answer(conn, reply.body)
         self._write_lines(fx.writes)
         if fx.changes and now - self._space_checked >= SPACE_CHECK:
             self._check_space(now)
         if fx.deadline is not None:
             self._wake_at(fx.deadline)
+
+    def _answer(self, conn: server.Connection, body: dict) -> None:
+        """A reply; a large message's text is read from the checkpoint as it is written."""
+        msg = body.get("msg")
+        stored = msg.get("stored") if isinstance(msg, dict) else None
+        if stored is None:
+            conn.answer(body)
+            return
+        msg = {k: v for k, v in msg.items() if k != "stored"}
+        if conn.binary:
+            conn.answer({**body, "msg": msg, "bin": stored.size}, self._pieces(stored))
+        else:  # an older client: the whole text in base64
+            conn.answer({**body, "msg": {**msg, "data": b64(b"".join(self._pieces(stored)))}})
+
+    def _pieces(self, stored: Stored, size: int = 1 << 20):
+        for offset in range(0, stored.size, size):
+            yield self.cp.read_blob(stored, offset, size)
 
     def _write_lines(self, writes) -> None:
         for w in writes:
@@ -219,7 +244,7 @@ class Daemon:
                 self._stopping.set()
                 return
         counters = self.kernel.counters
-        self.kernel = Kernel(self.cfg, self.cp.restore())
+        self.kernel = self._core()
         self.kernel.counters.update(counters)
         self.kernel.set_disk_full(disk_full)
         for conn in list(self.conns.values()):

@@ -9,24 +9,33 @@ Effects; the shell commits the changes before it sends the replies.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, deque
 
 from checkpoint import changes as ch
-from checkpoint.changes import Table
+from checkpoint.changes import INLINE_MAX, Stored, Table
 
 from linedrivers.ids import host_of
 
 from .effects import Effects
-from .ipc import b64
 from .lists import MSGBLOK, PRQBLOK, Lists, Sequence
 from .msgids import MsgIds
+from .ipc import b64
 from .notices import fields
+from .segments import Blobs, crc_of
 from .sessions import Sessions
 
 
 def message_body(blk: MSGBLOK) -> dict:
-    return {"rid": blk.seq, "from_id": blk.from_id, "to_id": blk.to_id, "msg_id": blk.msg_id,
-            "user_id": blk.user_id, "data": b64(blk.data)}
+    """A message for a RECV reply; a Stored text is read by the shell as it writes the reply
+    (`stored`), sent after the reply's JSON as it is (`bin`), or in `data` for an older client."""
+    body = {"rid": blk.seq, "from_id": blk.from_id, "to_id": blk.to_id, "msg_id": blk.msg_id,
+            "user_id": blk.user_id}
+    if isinstance(blk.data, Stored):
+        body["stored"] = blk.data
+    else:
+        body["data"] = b64(blk.data)
+    return body
 
 
 def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
@@ -37,8 +46,8 @@ def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
 
 class ProcessDispatcher:
     def __init__(self, host: str, buffers: int, ttl: float, lists: Lists, ids: MsgIds, seqs: Sequence,
-                 sessions: Sessions, counters: Counter):
-        self.host, self.buffers, self.ttl = host, buffers, ttl
+                 sessions: Sessions, counters: Counter, blobs: Blobs):
+        self.host, self.buffers, self.ttl, self.blobs = host, buffers, ttl, blobs
         self.lists, self.ids, self.seqs, self.sessions, self.counters = lists, ids, seqs, sessions, counters
 
     def run(self, fx: Effects, now: float, wall: float) -> None:
@@ -66,10 +75,16 @@ class ProcessDispatcher:
     def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> None:
         seq = self.seqs.take()
         msg_id, id_changes = self.ids.allocate(host_of(prq.to_id), seq)
+        table = Table.RECV_LIST if local else Table.SEND_LIST
         blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall,
                       expires=0.0 if local else wall + (prq.ttl or self.ttl), flags=prq.flags)
-        fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk.row()),
+        if len(prq.data) > INLINE_MAX:  # a large message: in the checkpoint only, from this pass's commit on
+            blk.crc = crc_of(prq.data)
+            blk.data = Stored(str(table), seq, len(prq.data), blk.crc)
+            self.blobs.add(blk.data, prq.data)
+        fx.change(*id_changes, ch.add_block(table, dataclasses.replace(blk.row(), data=prq.data)),
                   ch.send_done(prq.req, seq, msg_id, prq.to_id))
+        prq.data = b""
         if prq.durable:
             fx.change(ch.delete_waiting(prq.req))
             self.lists.wait.durable_sends -= 1

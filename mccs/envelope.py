@@ -30,6 +30,7 @@ ADVERT = 0x01  # a routing update, for the next host's routing table, not for a 
 RECEIPT = 0x02  # the sender wants a delivered notice when the destination process has taken it
 NOTICE = 0x04  # a delivered or undeliverable notice: never gets a notice of its own
 VOID = 0x08  # what is left of a message that expired on the way: keeps its place in the order, no text
+SEGMENT = 0x10  # a piece of a large message: a segment trailer ends the text (mccs.segments)
 CARRIED = RECEIPT | NOTICE | VOID  # the flags a stored message keeps from hop to hop
 
 

@@ -1,7 +1,10 @@
 """Framing of the process socket: a 4-byte big-endian length, then one JSON object.
 
-Message data travels base64-encoded in the field `data`. Every request may carry an `id`
-that its reply echoes, so the client can tell a late reply from the one it waits for.
+Message data travels base64-encoded in the field `data`, or, for a large message, as it is
+right after the JSON: the object then says `"bin": n` (n bytes follow, not counted in the
+length). A client that says `"binary": true` in its hello gets large messages that way. Every
+request may carry an `id` that its reply echoes, so the client can tell a late reply from the
+one it waits for.
 """
 from __future__ import annotations
 
@@ -22,17 +25,27 @@ def frame(obj: dict) -> bytes:
     return LENGTH.pack(len(body)) + body
 
 
-class Deframer:
-    """Splits a byte stream into JSON objects; a frame over `limit` bytes is an error (then close)."""
+def attached(obj: dict, data) -> list:
+    """A frame whose data goes after the JSON as it is: the pieces to write, in order."""
+    return [frame({**obj, "bin": len(data)}), data]
 
-    def __init__(self, limit: int):
-        self.limit = limit
+
+class Deframer:
+    """Splits a byte stream into JSON objects; a frame over `limit` bytes is an error (then close).
+    An object with `"bin": n` gets the n bytes after it in `bin` (at most `bin_limit`)."""
+
+    def __init__(self, limit: int, bin_limit: int = 0):
+        self.limit, self.bin_limit = limit, bin_limit
         self._buf = bytearray()
+        self._pending: dict | None = None  # an object whose attachment is still coming
+        self._att = bytearray()
 
     def feed(self, data: bytes) -> list[dict | FrameError]:
-        self._buf += data
         out: list[dict | FrameError] = []
-        while len(self._buf) >= 4:
+        if self._pending is not None:
+            data = self._attach(data, out)
+        self._buf += data
+        while self._pending is None and len(self._buf) >= 4:
             (n,) = LENGTH.unpack_from(self._buf)
             if n > self.limit:
                 raise FrameError(f"request of {n} bytes is over the limit of {self.limit}")
@@ -44,12 +57,34 @@ class Deframer:
                 obj = json.loads(body)
                 if not isinstance(obj, dict):
                     raise ValueError("not a JSON object")
-                out.append(obj)
             except (ValueError, UnicodeDecodeError) as e:
                 out.append(FrameError(f"malformed request: {e}"))
             except RecursionError:
                 out.append(FrameError("malformed request: nested too deeply"))
+            else:
+                if "bin" in obj:
+                    self._start(obj)
+                    rest, self._buf = bytes(self._buf), bytearray()
+                    self._buf += self._attach(rest, out)
+                else:
+                    out.append(obj)
         return out
+
+    def _start(self, obj: dict) -> None:
+        n = obj["bin"]
+        if type(n) is not int or not 0 <= n <= self.bin_limit:
+            raise FrameError(f"attachment of {n!r} bytes: not a size up to {self.bin_limit}")
+        self._pending, self._att = obj, bytearray()
+
+    def _attach(self, data: bytes, out: list) -> bytes:
+        """Take the pending attachment's bytes from `data`; return what follows it."""
+        need = self._pending["bin"] - len(self._att)
+        self._att += data[:need]
+        if len(self._att) == self._pending["bin"]:
+            self._pending["bin"] = bytes(self._att)
+            out.append(self._pending)
+            self._pending, self._att = None, bytearray()
+        return data[need:]
 
 
 def b64(data: bytes) -> str:

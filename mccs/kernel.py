@@ -15,7 +15,7 @@ import logging
 from typing import Callable
 
 from checkpoint import changes as ch
-from checkpoint.changes import Table
+from checkpoint.changes import Stored, Table
 from checkpoint.store import Restored
 from linedrivers.ids import host_of
 
@@ -32,6 +32,7 @@ from .notices import Notices, fields
 from .pairs import Pairs, PairsIn, PairsOut
 from .receiver import MessageReceiver
 from .routing import RoutingTable
+from .segments import Blobs, Partial, Reassembly
 from .requests import NAMED, Cancel, Confirm, Hello, Ping, Recv, Request, RequestError, Send
 from .sessions import Creds, Session, Sessions
 
@@ -43,7 +44,9 @@ SEND_DONE_TRIM = 4096  # trimmed every this many SENDs
 
 class Kernel:
     def __init__(self, cfg: HostConfig, state: Restored,
-                 new_machine: Callable[[LineConfig], LineMachine] | None = None):
+                 new_machine: Callable[[LineConfig], LineMachine] | None = None,
+                 read_blob: Callable[[Stored, int, int], bytes] | None = None):
+        """`read_blob(stored, offset, n)` reads a piece of a large message from the checkpoint."""
         self.cfg = cfg
         self.host = cfg.id
         self.counters: collections.Counter = collections.Counter()
@@ -58,15 +61,18 @@ class Kernel:
         self.routes = RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
                                    cfg.routing == "auto", state.known_hosts,
                                    {lc.peer for lc in cfg.lines if lc.protocol == "bsc"})
+        self.blobs = Blobs(read_blob)
+        self.reassembly = Reassembly(cfg.max_message, [Partial(*p) for p in state.partials], state.seg_done)
         self._restore(state)
         self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, cfg.ttl, self.lists, self.ids, self.seqs,
-                                            self.sessions, self.counters)
+                                            self.sessions, self.counters, self.blobs)
         self.notices = Notices(self.host, cfg.ttl, self.lists, self.ids, self.seqs, self.counters)
         receiver = MessageReceiver(self.host, cfg.max_message, cfg.hop_limit, self.lists, self.ids, self.dups,
-                                   self.seqs, self.pairs, self.routes, self.notices, self.counters)
+                                   self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.counters)
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message)),
-                           self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.counters)
+                           self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
+                           self.counters)
         self._now = 0.0
         self._fx = Effects()
         self._sends = 0
@@ -171,7 +177,7 @@ class Kernel:
         session.name = pid
         self.sessions.by_name[pid] = session
         self._fx.reply(session.conn, {"id": rid, "ok": True, "process": pid, "host": self.host,
-                                      "max_message": self.cfg.max_message, "v": 2})
+                                      "max_message": self.cfg.max_message, "v": 3})
 
     def _send(self, session: Session, rid: object, req: Send, prior: tuple[int, str] | None) -> None:
         if len(req.data) > self.cfg.max_message:
@@ -245,12 +251,18 @@ class Kernel:
         Everything the pass changed is in the returned Effects, to be committed before the rest."""
         fx, self._fx = self._fx, Effects()
         self._now = now
+        self.blobs.committed()
         self.lines.receive(fx, now, wall)
         for blk in self._taken:
             self.notices.delivered(fx, blk, wall)
         self._taken.clear()
         self.dispatcher.run(fx, now, wall)
         self.notices.expire(fx, wall)
+        for p in self.reassembly.stale(wall - self.cfg.ttl):  # its sender gave up on it long ago
+            log.warning("%s: dropped the partly received %s/%d (%d of %d bytes): nothing came for it for %.0f s",
+                        self.host, p.origin, p.msg_id, p.got, p.total, self.cfg.ttl)
+            self.counters["partials_dropped"] += 1
+            fx.change(*self.reassembly.drop(p))
         self._trim_send_done(fx)
         fx.change(*self.ids.flush())
         if self.seqs.dirty:
@@ -279,7 +291,8 @@ class Kernel:
         lists = self.lists
         return {"host": self.host, "epoch": self.epoch, "disk_full": self.disk_full,
                 "lists": {"wait": len(lists.wait), "send": len(lists.send), "recv": len(lists.recv)},
-                "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(),
+                "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(self._now),
                 "routing": self.cfg.routing, "routes": self.routes.status(self._now),
                 "waiting_for": self.lists.send.waiting(), "held_for_order": self.pairs.into.status(),
+                "receiving": self.reassembly.status(),
                 "counters": {**self.counters, "connections": len(self.sessions)}}

@@ -16,14 +16,14 @@ import collections
 import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Callable
+from typing import Callable, Iterator
 
 from checkpoint import changes as ch
-from checkpoint.changes import Table
+from checkpoint.changes import Stored, Table
 from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                          PeerRefused, image)
 
-from . import envelope
+from . import envelope, segments
 from .config import LineConfig
 from .effects import Effects
 from .envelope import Envelope
@@ -34,6 +34,7 @@ from .notices import fields
 from .pairs import Pairs
 from .receiver import Arrival, MessageReceiver
 from .routing import INFINITY, RoutingTable, encode_vector
+from .segments import Blobs
 
 log = logging.getLogger("mccs.lines")
 
@@ -52,7 +53,8 @@ class LineControlBlock:
     cfg: LineConfig
     machine: LineMachine
     state: LineState = LineState.DOWN
-    active: collections.deque[MSGBLOK] = field(default_factory=collections.deque)  # handed to the machine, in order
+    # handed to the machine, in order: (block, where the segment ends) or (block, None) for a whole one
+    active: collections.deque[tuple[MSGBLOK, int | None]] = field(default_factory=collections.deque)
     must_confirm: bool = False  # messages received this pass: acknowledge them (bytes leave after the commit)
     busy: bool = False
     backoff: float = BACKOFF_MIN
@@ -63,17 +65,38 @@ class LineControlBlock:
     backlog: list = field(default_factory=list)  # machine events seen after sending, handled next pass
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
+    large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
+    transfer: Transfer | None = None  # the last message sent in segments, for status
     counters: collections.Counter = field(default_factory=collections.Counter)
 
     @property
     def peer(self) -> str:
         return self.cfg.peer
 
-    def status(self) -> dict:
+    def status(self, now: float) -> dict:
         return {"peer": self.peer, "protocol": self.cfg.protocol, "state": str(self.state), "port": self.cfg.port,
                 "port_open": self.port_open, "baud": self.cfg.baud, "active": len(self.active),
-                "routing": self.routed, "last_down": self.last_down, "counters": {**self.machine.counters, **self.counters},
-                "held": f"{self.held.origin}/{self.held.msg_id}, {len(self.held.data)} bytes" if self.held else None}
+                "routing": self.routed, "large": self.large, "last_down": self.last_down,
+                "counters": {**self.machine.counters, **self.counters},
+                "held": f"{self.held.origin}/{self.held.msg_id}, {self.held.size} bytes" if self.held else None,
+                "transfer": self.transfer.status(now) if self.transfer else None}
+
+
+@dataclass(eq=False)
+class Transfer:
+    """Progress of a message going in segments on a line: bytes the next host holds, and the rate
+    since this line took it up."""
+    blk: MSGBLOK
+    since: float  # monotonic time the line took it up
+    start: int  # bytes held by the next host then
+    at: float = 0.0  # monotonic time of the last acknowledgement
+
+    def status(self, now: float) -> dict:
+        blk = self.blk
+        rate = (blk.acked - self.start) / (self.at - self.since) if self.at > self.since else 0.0
+        left = blk.size - blk.acked
+        return {"origin": blk.origin, "msg_id": blk.msg_id, "to_id": blk.to_id, "bytes": blk.acked,
+                "total": blk.size, "rate": round(rate), "eta": round(left / rate, 1) if rate else None}
 
 
 class Lines:
@@ -82,8 +105,9 @@ class Lines:
     def __init__(self, host: str, max_message: int, configs: list[LineConfig],
                  new_machine: Callable[[LineConfig], LineMachine],
                  lists: Lists, ids: MsgIds, seqs: Sequence, pairs: Pairs, routes: RoutingTable,
-                 receiver: MessageReceiver, counters: collections.Counter):
-        self.host, self.max_message = host, max_message
+                 receiver: MessageReceiver, blobs: Blobs, counters: collections.Counter):
+        self.host, self.max_message, self.blobs = host, max_message, blobs
+        self._now = 0.0
         self.new_machine = new_machine
         self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
         self.pairs, self.routes, self.receiver = pairs, routes, receiver
@@ -92,8 +116,8 @@ class Lines:
     def __getitem__(self, peer: str) -> LineControlBlock:
         return self.lcbs[peer]
 
-    def status(self) -> list[dict]:
-        return [lcb.status() for lcb in self.lcbs.values()]
+    def status(self, now: float) -> list[dict]:
+        return [lcb.status(now) for lcb in self.lcbs.values()]
 
     # -- inputs from the shell ----------------------------------------------------------------
     def data(self, peer: str, data: bytes, now: float) -> None:
@@ -119,6 +143,7 @@ class Lines:
 
     # -- in the pass: timers and the Message-Receiver --------------------------------------------
     def receive(self, fx: Effects, now: float, wall: float) -> None:
+        self._now = now
         for lcb in self.lcbs.values():
             if lcb.signon_at is not None and now >= lcb.signon_at:
                 self._sign_on(lcb, now)
@@ -137,8 +162,8 @@ class Lines:
 
     def _down(self, lcb: LineControlBlock, reason: str, now: float, fx: Effects) -> None:
         """Every MSGBLOK the line held goes back to waiting, in order; they never left SEND_LIST."""
-        for blk in lcb.active:
-            blk.state = BlockState.QUEUED
+        for blk, _ in lcb.active:
+            blk.state, blk.next_off, blk.line = BlockState.QUEUED, blk.acked, None
         lcb.active.clear()
         lcb.must_confirm = False
         if lcb.routed:
@@ -165,6 +190,7 @@ class Lines:
             lcb.state, lcb.backoff = LineState.UP, BACKOFF_MIN
             lcb.counters["ups"] += 1
             lcb.routed, lcb.told = ROUTE in ev.features, None
+            lcb.large = ev.large if lcb.routed else 0
             fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed))
             fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud, routing=lcb.routed)
             log.info("%s: line to %s up (%s)", self.host, lcb.peer, proto)
@@ -188,12 +214,20 @@ class Lines:
     def _acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
         """The acknowledgement of exactly one block: the oldest in flight on this line with its key."""
         key = image.key_of(img)
-        blk = next((b for b in lcb.active if b.key == key), None)
-        if blk is None:
+        i = next((i for i, (b, _) in enumerate(lcb.active) if b.key == key), None)
+        if i is None:
             if key != (self.host, 0):  # an acknowledged routing update needs nothing more
                 lcb.counters["stray_acks"] += 1
             return
-        lcb.active.remove(blk)
+        blk, end = lcb.active[i]
+        del lcb.active[i]
+        if end is not None:  # a segment: the next host holds the message up to its end
+            blk.acked = end
+            if lcb.transfer is not None and lcb.transfer.blk is blk:
+                lcb.transfer.at = self._now
+            if end < blk.size:
+                fx.change(ch.set_acked(blk.seq, end))
+                return
         self.lists.send.remove(blk)
         if blk.origin == self.host:
             self.ids.release(blk.msg_id)
@@ -248,9 +282,7 @@ class Lines:
             return
         dests = [d for d in self.lists.send.waiting() if self.routes.next_hop(d) == lcb.peer
                  and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
-        queues = [(blk for blk in self.lists.send.queue(d) if blk.state is not BlockState.IN_FLIGHT
-                   and (lcb.routed or not blk.pseq)  # numbered ones travel only with a number
-                   and blk.parked_until <= wall) for d in dests]
+        queues = [self._pieces(lcb, d, wall) for d in dests]
         while room > 0 and queues:
             for queue in list(queues):
                 blk = next(queue, None)
@@ -261,34 +293,73 @@ class Lines:
                 if room <= 0:
                     return
 
+    def _pieces(self, lcb: LineControlBlock, dest: str, wall: float) -> Iterator[MSGBLOK]:
+        """The blocks for `dest` this line may hand over, in order; a block in segments again for
+        each of its pieces, until its last one is handed."""
+        for blk in self.lists.send.queue(dest):
+            if (not lcb.routed and blk.pseq) or blk.parked_until > wall:  # numbered ones travel only with a number
+                continue
+            while blk.state is not BlockState.IN_FLIGHT or (blk.line == lcb.peer and blk.next_off < blk.size):
+                yield blk
+
     def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects, wall: float) -> bool:
+        """Hand the machine the block, or its next segment; False if it must wait (too large for the peer)."""
+        text, end = blk.data, None
+        if blk.line == lcb.peer or (lcb.large and self._too_long(lcb, blk)):
+            if blk.size > lcb.large:
+                return self._hold(lcb, blk, f"the peer takes messages of at most {lcb.large} bytes (its max_message)")
+            text, end = self._segment(lcb, blk)
+        if isinstance(text, Stored):
+            return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS, or a BSC line)")
         if lcb.routed:
             if not blk.pseq and blk.origin == self.host:  # numbered as it first leaves on a routing line
                 blk.pseq, changes = self.pairs.out.number(blk.dest)
                 blk.epoch = self.pairs.epoch
                 fx.change(*changes, ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
-            img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data,
-                                Envelope(blk.hops, blk.flags & envelope.CARRIED, blk.epoch or "00000000", blk.pseq,
+            flags = blk.flags & envelope.CARRIED | (envelope.SEGMENT if end is not None else 0)
+            img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text,
+                                Envelope(blk.hops, flags, blk.epoch or "00000000", blk.pseq,
                                          envelope.ttl_left(blk.expires, wall)))
         else:
-            img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, blk.data)
+            img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text)
         try:
             lcb.machine.send(img)
         except ValueError as e:  # over the MAXMSG the peer signed on with: a config to fix
-            if lcb.held is not blk:
-                lcb.held = blk
-                lcb.counters["too_large"] += 1
-                log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
-                          "wait on SEND_LIST until max_message is the same at both ends", self.host,
-                          blk.origin, blk.msg_id, len(blk.data), lcb.peer, e)
-            return False
+            return self._hold(lcb, blk, str(e))
         lcb.held = None
         blk.state = BlockState.IN_FLIGHT
-        lcb.active.append(blk)
+        lcb.active.append((blk, end))
+        if end is not None:
+            if blk.line != lcb.peer:
+                blk.line = lcb.peer
+                lcb.transfer = Transfer(blk, self._now, blk.acked)
+            blk.next_off = end
         if not blk.sent:
             blk.sent = True
             fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, **fields(blk))
         return True
+
+    def _too_long(self, lcb: LineControlBlock, blk: MSGBLOK) -> bool:
+        """Does the block go in segments on this line now (it does not fit the frame size in use)?"""
+        return isinstance(blk.data, Stored) or blk.size + segments.SIZE + envelope.SIZE > lcb.machine.segment_size()
+
+    def _segment(self, lcb: LineControlBlock, blk: MSGBLOK) -> tuple[bytes, int]:
+        """The block's next segment (its text with the trailer), and where it ends."""
+        if not blk.crc:  # a text held in memory: its CRC-32 is made when it first goes in segments
+            blk.crc = segments.crc_of(blk.data)
+        room = max(1, lcb.machine.segment_size() - segments.SIZE - envelope.SIZE)
+        piece = self.blobs.piece(blk.data, blk.next_off, room)
+        return segments.wrap(piece, blk.size, blk.next_off, blk.crc), blk.next_off + len(piece)
+
+    def _hold(self, lcb: LineControlBlock, blk: MSGBLOK, why: str) -> bool:
+        """The block cannot go to this peer: it, and every block after it for the same host, waits."""
+        if lcb.held is not blk:
+            lcb.held = blk
+            lcb.counters["too_large"] += 1
+            log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
+                      "wait on SEND_LIST until max_message is the same at both ends", self.host,
+                      blk.origin, blk.msg_id, blk.size, lcb.peer, why)
+        return False
 
     def deadline(self) -> float | None:
         times = [t for lcb in self.lcbs.values() for t in (lcb.machine.next_deadline(), lcb.signon_at)

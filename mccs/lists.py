@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Iterator
 
-from checkpoint.changes import PendingSend, Row
+from checkpoint.changes import PendingSend, Row, Stored
 from linedrivers.ids import host_of
 
 
@@ -34,25 +34,35 @@ class MSGBLOK:
     from_id: str
     msg_id: int
     user_id: int
-    data: bytes
+    data: bytes | Stored  # Stored: a large message, kept in the checkpoint only
     ts: float  # when it was stored here (wall clock)
     hops: int = 0  # lines crossed (routed messages)
     pseq: int = 0  # end-to-end number of (origin, destination), 0 until it leaves on a routing line
     epoch: str = ""  # the origin's checkpoint epoch, with pseq
     expires: float = 0.0  # SEND_LIST: wall-clock time it stops waiting (undeliverable); 0: never
     flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
+    crc: int = 0  # CRC-32 of a text that goes in segments (mccs.segments)
+    acked: int = 0  # SEND_LIST, in segments: bytes the next host holds (stored)
     state: BlockState = BlockState.QUEUED
     holder: int | None = None  # RECV_LIST: the connection it was handed to
     sent: bool = False  # SEND_LIST: traced as sent on a line
     parked_until: float = 0.0  # SEND_LIST: a void that met the hop limit twice waits here until then (wall)
+    next_off: int = 0  # SEND_LIST, in segments: where the next segment handed to a line starts
+    line: str | None = None  # SEND_LIST, in segments: the peer of the line carrying it now
 
     @classmethod
     def from_row(cls, row: Row) -> "MSGBLOK":
-        return cls(*dataclasses.astuple(row))
+        blk = cls(*(getattr(row, f.name) for f in dataclasses.fields(row)))
+        blk.next_off = blk.acked
+        return blk
 
     def row(self) -> Row:
         return Row(self.seq, self.to_id, self.from_id, self.msg_id, self.user_id, self.data, self.ts, self.hops,
-                   self.pseq, self.epoch, self.expires, self.flags)
+                   self.pseq, self.epoch, self.expires, self.flags, self.crc, self.acked)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
 
     @property
     def origin(self) -> str:

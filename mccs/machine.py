@@ -6,7 +6,7 @@ from typing import Protocol
 
 from linedrivers.events import Event
 
-from . import envelope
+from . import envelope, segments
 from .config import LineConfig
 
 # The sign-on feature of routing lines with the 15-byte envelope (docs/ROUTING.md). "ROUTE" named
@@ -33,17 +33,20 @@ class LineMachine(Protocol):
 
 def make_machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
     """The protocol's machine with every timer and limit from the config. An async line offers
-    ROUTE at sign-on (BSC's ID exchange has no room for it that a version-1 station would
-    accept, so BSC lines carry direct traffic only); the routing envelope rides inside the
-    image's MESSAGE, so the machine's largest message has room for it."""
-    common = dict(baud=lc.baud, max_message=min(max_message + envelope.SIZE, 65535),
-                  reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+    ROUTE and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
+    sign-on; its frames carry at most `frame_max` bytes of text, with room for the routing
+    envelope and the segment trailer, which ride inside the image's MESSAGE. BSC's ID exchange
+    has no room for either that a version-1 station would accept, so BSC lines carry direct
+    traffic only, whole messages of at most 64 KiB."""
+    common = dict(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
     if lc.secret is not None:
         common["secret"] = lc.secret
     if lc.protocol == "async":
         from linedrivers import AsyncLine
+        frame = min(max_message, lc.frame_max) + envelope.SIZE + segments.SIZE
         return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
-                         features=(ROUTE,), **common)
+                         features=(ROUTE,), max_message=frame, large=max_message, **common)
     from linedrivers import BscLine
     return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
+                   max_message=min(max_message + envelope.SIZE, 65535),
                    disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout, **common)

@@ -9,18 +9,19 @@ stored in the pass that acknowledges it (durable before ACK), whatever happens t
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from dataclasses import dataclass
 
 from checkpoint import changes as ch
-from checkpoint.changes import Table
+from checkpoint.changes import Stored, Table
 from linedrivers import image
 from linedrivers.ids import host_of
 from linedrivers.image import Image
 
-from . import envelope, routing
+from . import envelope, routing, segments
 from .effects import Effects
-from .envelope import CARRIED, VOID, Envelope
+from .envelope import CARRIED, SEGMENT, VOID, Envelope
 from .lists import MSGBLOK, Lists, Sequence
 from .msgids import KeyWindow, MsgIds
 from .notices import Notices, fields
@@ -42,10 +43,11 @@ class Arrival:
 class MessageReceiver:
     def __init__(self, host: str, max_message: int, hop_limit: int, lists: Lists, ids: MsgIds, dups: KeyWindow,
                  seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, notices: Notices,
-                 counters: collections.Counter):
+                 reassembly: segments.Reassembly, counters: collections.Counter):
         self.host, self.max_message, self.hop_limit = host, max_message, hop_limit
         self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
         self.pairs, self.routes, self.notices, self.counters = pairs, routes, notices, counters
+        self.reassembly = reassembly
 
     def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
         try:
@@ -54,6 +56,32 @@ class MessageReceiver:
             src.counters["bad_images"] += 1
             log.warning("%s: dropped a bad message image from %s: %s", self.host, src.peer, e)
             return
+        if env is not None and env.flags & SEGMENT:
+            self._segment(src, m, env, fx, now, wall)
+        else:
+            self._whole(src, m, env, fx, now, wall)
+
+    def _segment(self, src: Arrival, m: Image, env: Envelope, fx: Effects, now: float, wall: float) -> None:
+        """A piece of a large message: stored where it belongs (acknowledged with this pass); the
+        last one makes the message, which goes on as if it had come whole."""
+        changes: list = []
+        try:
+            seg = segments.unwrap(m.data)
+            whole = self.reassembly.arrive(m.key, m.to_id, seg, self.seqs.take, wall, changes)
+        except ValueError as e:  # a bad trailer, or segments.Refused
+            src.counters["segments_refused"] += 1
+            fx.change(*changes)
+            fx.trace("msg", "refused", src.peer, src.proto, reason=str(e), **fields(m))
+            log.warning("%s: refused a segment of %s/%d from %s: %s", self.host, m.origin, m.msg_id, src.peer, e)
+            return
+        fx.change(*changes)
+        src.counters["segments"] += 1
+        if whole is not None:
+            m = Image(m.to_id, m.from_id, m.msg_id, m.user_id, whole.stored())
+            self._whole(src, m, dataclasses.replace(env, flags=env.flags & ~SEGMENT), fx, now, wall)
+            fx.change(*self.reassembly.finish(whole))
+
+    def _whole(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, now: float, wall: float) -> None:
         if env is not None and env.advert:
             self._advert(src, m, fx, now)
         elif host_of(m.to_id) != self.host:
@@ -68,8 +96,8 @@ class MessageReceiver:
         if m.key in self.dups:
             self._duplicate(src, m, fx)
             return
-        blk = self._block(src, m, Envelope(), wall)
-        fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
+        blk, add = self._block(src, m, Envelope(), wall, Table.RECV_LIST)
+        fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
         self.lists.arrive(blk)
         fx.trace("msg", "received", src.peer, src.proto, **fields(m))
 
@@ -79,12 +107,12 @@ class MessageReceiver:
         if m.key in self.dups:
             self._duplicate(src, m, fx)
             return
-        blk = self._block(src, m, env, wall)
+        blk, add = self._block(src, m, env, wall, Table.RECV_LIST)
         verdict, ready, changes = self.pairs.into.arrive(blk)
         if verdict is Verdict.DUPLICATE:
             self._duplicate(src, m, fx)
         else:
-            fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), ch.add_block(Table.RECV_LIST, blk.row()))
+            fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
             if not blk.flags & VOID:
                 fx.trace("msg", "received", src.peer, src.proto, hops=env.hops + 1, **fields(m))
             if verdict is Verdict.HELD:
@@ -104,7 +132,7 @@ class MessageReceiver:
             src.counters["misrouted"] += 1
             log.warning("%s: dropped a message for %s from %s: not for this host", self.host, m.to_id, src.peer)
             return
-        blk = self._block(src, m, env, wall, hops=env.hops + 1)
+        blk, add = self._block(src, m, env, wall, Table.SEND_LIST, hops=env.hops + 1)
         if blk.hops >= self.hop_limit:
             self.counters["hop_limit"] += 1
             log.warning("%s: %s/%d for %s reached the hop limit (%d) coming from %s: a routing loop?", self.host,
@@ -117,10 +145,11 @@ class MessageReceiver:
                 blk.parked_until = wall + VOID_RETRY  # its successors get their turn once the loop is mended
                 self.counters["voids_parked"] += 1
             blk.hops = 0
+            add = ch.add_block(Table.SEND_LIST, blk.row())  # (a void: no text to copy)
         self.lists.send.add(blk)
         if blk.origin == self.host:  # came back round: its MSG_ID is in use here again
             self.ids.hold(blk.msg_id)
-        fx.change(ch.add_block(Table.SEND_LIST, blk.row()))
+        fx.change(add)
         fx.trace("msg", "forwarded", src.peer, src.proto, via=self.routes.next_hop(blk.dest), hops=blk.hops,
                  **fields(blk))
         self.counters["forwarded"] += 1
@@ -134,12 +163,21 @@ class MessageReceiver:
             return
         fx.change(*self.routes.advert(src.peer, vector, now))
 
-    def _block(self, src: Arrival, m: Image, env: Envelope, wall: float, hops: int | None = None) -> MSGBLOK:
+    def _block(self, src: Arrival, m: Image, env: Envelope, wall: float, table: Table,
+               hops: int | None = None) -> tuple[MSGBLOK, ch.Change]:
+        """The MSGBLOK of an arrival for `table`, and the change that stores it there. A large
+        message's text is copied from its partial inside the checkpoint, and read from there."""
         src.counters["received"] += 1
         self.counters["received"] += 1
-        return MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
-                       env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
-                       wall + env.ttl / 10 if env.ttl else 0.0, env.flags & CARRIED)
+        seq = self.seqs.take()
+        stored = m.data if isinstance(m.data, Stored) else None
+        blk = MSGBLOK(seq, m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
+                      env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
+                      wall + env.ttl / 10 if env.ttl else 0.0, env.flags & CARRIED, crc=stored.crc if stored else 0)
+        add = ch.add_block(table, blk.row())
+        if stored:
+            blk.data = Stored(str(table), seq, stored.size, stored.crc)
+        return blk, add
 
     def _duplicate(self, src: Arrival, m: Image, fx: Effects) -> None:
         src.counters["duplicates"] += 1

@@ -18,7 +18,7 @@ import socket
 import struct
 from collections import deque
 from pathlib import Path
-from typing import Protocol
+from typing import Iterable, Protocol
 
 from .ipc import Deframer, FrameError, frame
 from .sessions import Creds
@@ -40,10 +40,11 @@ class Owner(Protocol):
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, owner: Owner, conn_id: int, limit: int):
+    def __init__(self, owner: Owner, conn_id: int, limit: int, bin_limit: int):
         self.owner = owner
         self.id = conn_id
-        self.deframer = Deframer(limit)
+        self.deframer = Deframer(limit, bin_limit)
+        self.binary = False  # the client said "binary": true in its hello: large texts go as they are
         self.transport: asyncio.Transport | None = None
         self.creds: Creds | None = None
         self.closed = False
@@ -99,16 +100,21 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.owner.disconnected(self)
 
-    def answer(self, body: dict) -> None:
-        """The reply to one of this connection's requests."""
+    def answer(self, body: dict, pieces: Iterable[bytes] = ()) -> None:
+        """The reply to one of this connection's requests; `pieces`: an attachment, written as read."""
         self.outstanding -= 1
         self.send(body)
+        for piece in pieces:
+            self._write(piece)
         self._serve()
 
     def send(self, body: dict) -> None:
+        self._write(frame(body))
+
+    def _write(self, data: bytes) -> None:
         if self.closed or self.transport is None:
             return
-        self.transport.write(frame(body))
+        self.transport.write(data)
         if self.transport.get_write_buffer_size() > WRITE_ABORT:
             log.warning("dropping a client that does not read its replies (%d bytes waiting)",
                         self.transport.get_write_buffer_size())
@@ -149,7 +155,7 @@ def _answers(path: Path) -> bool:
         s.close()
 
 
-async def listen(owner: Owner, path: str, group: str, limit: int) -> asyncio.AbstractServer:
+async def listen(owner: Owner, path: str, group: str, limit: int, bin_limit: int) -> asyncio.AbstractServer:
     """Bind the socket owner-only (0600), or 0660 for `group`, in a directory made if missing.
     Call lock_socket first: a socket file left here is then known to be stale."""
     sock_path = Path(path)
@@ -169,4 +175,4 @@ async def listen(owner: Owner, path: str, group: str, limit: int) -> asyncio.Abs
         os.chmod(sock_path, 0o660)
     ids = iter(range(1, 1 << 62))
     loop = asyncio.get_running_loop()
-    return await loop.create_unix_server(lambda: Connection(owner, next(ids), limit), sock=sock)
+    return await loop.create_unix_server(lambda: Connection(owner, next(ids), limit, bin_limit), sock=sock)

@@ -37,12 +37,15 @@ class SimHost:
     def __init__(self, net: "SimNet", cfg: HostConfig):
         self.net, self.cfg, self.id = net, cfg, cfg.id
         self.cp = Checkpoint(cfg.checkpoint, cfg.id, "off")
-        self.kernel = Kernel(cfg, self.cp.restore())
+        self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
         self.passes: list[Effects] = []  # every pass's effects, oldest first
         self.fail_next_commit = False
         self.crash_when = None  # a predicate of a pass's Effects: crash instead of committing that pass
         self._conns = itertools.count(1)
+
+    def _core(self) -> Kernel:
+        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob)
 
     def open_ports(self) -> None:
         for peer in self.kernel.lines.lcbs:
@@ -59,15 +62,19 @@ class SimHost:
             self.fail_next_commit = False
             return fx
         self.cp.apply(fx.changes)
-        for reply in fx.replies:
-            self.inbox.setdefault(reply.conn, []).append(reply.body)
+        for reply in fx.replies:  # a large message's text read from the checkpoint, as the daemon does
+            msg = reply.body.get("msg")
+            stored = msg.get("stored") if isinstance(msg, dict) else None
+            body = {**reply.body, "msg": {**msg, "data": _b64(self.cp.read_blob(stored, 0, stored.size))}} \
+                if stored else reply.body
+            self.inbox.setdefault(reply.conn, []).append(body)
         for w in fx.writes:
             self.net.write(self.id, w.peer, w.data)
         return fx
 
     def crash(self) -> None:
         """kill -9 and a restart: memory gone, the checkpoint as of the last commit."""
-        self.kernel = Kernel(self.cfg, self.cp.restore())
+        self.kernel = self._core()
         self.inbox.clear()
         self.open_ports()
 

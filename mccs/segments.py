@@ -1,0 +1,184 @@
+"""Large messages: cut in segments on the line, checkpointed as they arrive, delivered only whole.
+
+A message longer than what one frame carries goes, on a line whose sign-on agreed on LARGE=
+(docs/PROTOCOL.md), as a run of images with the same TO_ID FROM_ID MSG_ID USER_ID, each
+carrying a piece of the text followed by this trailer and the routing envelope (whose FLAGS
+have SEGMENT set):
+
+    'S'(1) TOTAL(4) OFFSET(4) CRC(4)        big-endian
+
+TOTAL is the whole message's length, OFFSET where this piece starts, CRC the CRC-32 of the
+whole message: with TO_ID, TOTAL and CRC it names one transfer, so a resumed transfer whose
+message changed is told from a resend of the same one. The line acknowledges every segment
+only once it is durable here (written into the partial's blob), so after a line drop or a
+restart of either end the sender goes on from the last segment acknowledged, and a segment
+already held is acknowledged again without being stored twice. The receiver runs the CRC over
+the bytes as they come in order; the last segment completes the message only if it matches.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+from checkpoint import changes as ch
+from checkpoint.changes import INLINE_MAX, Change, Stored, Table  # noqa: F401 (INLINE_MAX: for users of segments)
+
+TRAILER = struct.Struct(">cIII")
+SIZE = TRAILER.size  # 13
+MARK = b"S"
+DONE_KEEP = 1024  # completed transfers remembered, so a resent last segment is known as a duplicate
+
+
+def crc_of(data: bytes) -> int:
+    return zlib.crc32(data)
+
+
+@dataclass(frozen=True)
+class Segment:
+    total: int
+    offset: int
+    crc: int
+    chunk: bytes
+
+
+def wrap(chunk: bytes, total: int, offset: int, crc: int) -> bytes:
+    return bytes(chunk) + TRAILER.pack(MARK, total, offset, crc)
+
+
+def unwrap(data: bytes) -> Segment:
+    """The segment in a message text; raises ValueError."""
+    if len(data) < SIZE:
+        raise ValueError(f"segment of {len(data)} bytes has no trailer")
+    mark, total, offset, crc = TRAILER.unpack_from(data, len(data) - SIZE)
+    if mark != MARK:
+        raise ValueError(f"segment trailer mark {mark!r}, not {MARK!r}")
+    return Segment(total, offset, crc, data[:-SIZE])
+
+
+@dataclass(eq=False)
+class Partial:
+    """A large message being received: its bytes so far are in the checkpoint's partials row `id`."""
+    id: int
+    origin: str
+    msg_id: int
+    to_id: str
+    total: int
+    crc: int  # of the whole message, as announced
+    got: int = 0  # bytes held, from offset 0
+    run: int = 0  # CRC-32 of the bytes held
+    ts: float = 0.0  # wall clock of the last segment
+
+    @property
+    def ident(self) -> tuple[str, int, int]:
+        return (self.to_id, self.total, self.crc)
+
+    def stored(self) -> Stored:
+        return Stored(str(Table.PARTIALS), self.id, self.total, self.crc)
+
+
+class Refused(ValueError):
+    """A segment that cannot be taken: wrong total, offset or length, a gap, a changed message."""
+
+
+class Reassembly:
+    """The partials of this host, and the transfers completed lately, mirrored in the checkpoint."""
+
+    def __init__(self, max_message: int, partials: list[Partial] = (), done: list[tuple] = ()):
+        self.max_message = max_message
+        self.partials: dict[tuple[str, int], Partial] = {(p.origin, p.msg_id): p for p in partials}
+        self.done: OrderedDict[tuple[str, int], tuple] = OrderedDict(((o, m), tuple(i)) for o, m, *i in done)
+
+    def arrive(self, key: tuple[str, int], to_id: str, seg: Segment, new_id: Callable[[], int], wall: float,
+               changes: list[Change]) -> Partial | None:
+        """Take one segment, adding to `changes` what to store: the partial if it is now complete,
+        else None (also for a segment held already). Raises Refused (keep the changes made)."""
+        ident = (to_id, seg.total, seg.crc)
+        end = seg.offset + len(seg.chunk)
+        if seg.total > self.max_message:
+            raise Refused(f"announces {seg.total} bytes, over the maximum of {self.max_message}")
+        if not seg.chunk or end > seg.total:
+            raise Refused(f"piece {seg.offset}+{len(seg.chunk)} does not fit its total of {seg.total}")
+        if self.done.get(key) == ident:
+            return None
+        p = self.partials.get(key)
+        if p is not None and p.ident != ident:  # the sender's message is not the one we hold the start of
+            changes += self.drop(p)
+            if seg.offset:
+                raise Refused(f"the transfer changed (total {p.total} -> {seg.total}, crc {p.crc:08x} -> "
+                              f"{seg.crc:08x}) and this piece is not its start")
+            p = None
+        if p is None:
+            if seg.offset:
+                raise Refused(f"piece at {seg.offset} of a transfer whose start is not held here")
+            p = Partial(new_id(), key[0], key[1], to_id, seg.total, seg.crc, ts=wall)
+            self.partials[key] = p
+            changes.append(ch.add_partial(p.id, p.origin, p.msg_id, to_id, p.total, p.crc, wall))
+        if seg.offset > p.got:
+            raise Refused(f"piece at {seg.offset}, but only {p.got} bytes are held: a gap")
+        p.ts = wall
+        if end <= p.got:
+            return None  # held already: acknowledged again, not stored twice
+        fresh = seg.chunk[p.got - seg.offset:]
+        p.run = zlib.crc32(fresh, p.run)
+        changes.append(ch.write_blob(Table.PARTIALS, p.id, p.got, fresh))
+        p.got = end
+        changes.append(ch.set_partial_got(p.id, p.got, p.run))
+        if p.got < p.total:
+            return None
+        if p.run != p.crc:
+            changes += self.drop(p)
+            raise Refused(f"the whole message's CRC-32 is {p.run:08x}, not the {p.crc:08x} announced")
+        return p
+
+    def finish(self, p: Partial) -> list[Change]:
+        """A completed partial has been copied where it belongs: forget it, remember it is done."""
+        key = (p.origin, p.msg_id)
+        self.partials.pop(key, None)
+        self.done[key] = p.ident
+        self.done.move_to_end(key)
+        out = [ch.delete_partial(p.id), ch.add_seg_done(p.origin, p.msg_id, *p.ident, p.id)]
+        while len(self.done) > DONE_KEEP:
+            (origin, msg_id), _ = self.done.popitem(last=False)
+            out.append(ch.delete_seg_done(origin, msg_id))
+        return out
+
+    def drop(self, p: Partial) -> list[Change]:
+        self.partials.pop((p.origin, p.msg_id), None)
+        return [ch.delete_partial(p.id)]
+
+    def stale(self, before: float) -> list[Partial]:
+        """Partials that heard nothing since `before` (their sender gave up, or the message expired)."""
+        return [p for p in self.partials.values() if p.ts < before]
+
+    def status(self) -> list[dict]:
+        return [{"origin": p.origin, "msg_id": p.msg_id, "to_id": p.to_id, "bytes": p.got, "total": p.total}
+                for p in self.partials.values()]
+
+
+class Blobs:
+    """Reads pieces of Stored texts for the Message-Sender: from the checkpoint (`read`, the
+    shell's), or for a text stored in this very pass (not committed yet) from memory."""
+
+    def __init__(self, read: Callable[[Stored, int, int], bytes] | None):
+        self._read = read
+        self._fresh: dict[tuple[str, int], bytes] = {}
+
+    def add(self, where: Stored, data: bytes) -> None:
+        self._fresh[(where.table, where.rowid)] = data
+
+    def committed(self) -> None:
+        """The last pass is in the checkpoint: its texts are read from there now."""
+        self._fresh.clear()
+
+    def piece(self, data: bytes | Stored, offset: int, n: int) -> bytes:
+        if not isinstance(data, Stored):
+            return data[offset:offset + n]
+        fresh = self._fresh.get((data.table, data.rowid))
+        if fresh is not None:
+            return fresh[offset:offset + n]
+        if self._read is None:
+            raise RuntimeError("a stored text, and no checkpoint to read it from")
+        return self._read(data, offset, n)

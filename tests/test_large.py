@@ -1,0 +1,144 @@
+"""Large messages (issue 12): cut in segments on the line, checkpointed as they arrive, resumed
+after a crash from what the receiver holds, delivered only whole and byte for byte. In memory:
+kernels with real checkpoint files on simulated lines (tools/hostsim); the segment rules alone."""
+from __future__ import annotations
+
+import base64
+import random
+
+import pytest
+
+from checkpoint import changes as ch
+from mccs import segments
+from mccs.segments import Reassembly, Refused, Segment
+from tools.hostsim import SimNet, line
+
+pytestmark = pytest.mark.timeout(300)
+
+BIG = 16 << 20
+
+
+def _pair(tmp_path, baud: int = 115200, ber: float = 0.0, a_max: int = BIG, b_max: int = BIG, **keys) -> SimNet:
+    net = SimNet(tmp_path, {"AA": [line("BB", baud=baud, **keys)], "BB": [line("AA", baud=baud, **keys)]},
+                 max_message=a_max)
+    net["BB"].cfg.max_message = b_max
+    if b_max != a_max:  # BB signs on with its own maximum
+        net["BB"].cfg.check()
+        net["BB"].crash()
+    for side in "ab":
+        net.channel("AA", "BB").towards(side).imp.baud = baud
+        net.channel("AA", "BB").towards(side).imp.ber = ber
+    return net
+
+
+def _data(reply: dict) -> bytes:
+    return base64.b64decode(reply["msg"]["data"])
+
+
+def _recv(net: SimNet, name: str = "R", duration: float = 900.0) -> dict:
+    """RECV at BB once a message is there (the simulated clock runs up to `duration` for it)."""
+    assert net.run(lambda: len(net["BB"].kernel.lists.recv), duration=duration), "nothing arrived"
+    return net.client("BB", name).recv(wait=False)
+
+
+def _wire(net: SimNet, to: str = "b") -> int:
+    """Bytes written on the line towards BB (side b) so far."""
+    return net.channel("AA", "BB").towards(to).stats.written
+
+
+def test_a_large_message_goes_in_segments_and_arrives_whole_once_and_identical(tmp_path):
+    net = _pair(tmp_path)
+    data = random.Random(1).randbytes(1 << 20)
+    msg_id = net.client("AA", "P").send("BBR", data)["msg_id"]
+    got = _recv(net)
+    assert got["msg"]["msg_id"] == msg_id and _data(got) == data
+    assert net.client("BB", "R2").recv(wait=False)["msg"] is None  # once
+    segs = net["BB"].kernel.lines["AA"].counters["segments"]
+    assert segs >= len(data) // 8192
+    # the line's capacity is 11,520 bytes/s: the transfer used most of it
+    assert len(data) / net.now > 0.9 * 11520, f"{len(data) / net.now:.0f} bytes/s"
+    assert net.run(lambda: len(net["AA"].kernel.lists.send) == 0, duration=10)
+    assert not net["BB"].cp.conn.execute("SELECT count(*) FROM partials").fetchone()[0]
+
+
+@pytest.mark.parametrize("who", ["BB", "AA"])
+def test_a_crash_half_way_resumes_from_what_the_receiver_holds(tmp_path, who):
+    net = _pair(tmp_path)
+    data = random.Random(2).randbytes(2 << 20)
+    net.client("AA", "P").send("BBR", data)
+    half = lambda: any(q.got >= len(data) // 2 for q in net["BB"].kernel.reassembly.partials.values())  # noqa
+    assert net.run(half, duration=600)
+    net[who].crash()  # kill -9 and a restart: memory gone, the checkpoint as last committed
+    assert _data(_recv(net)) == data
+    assert net.client("BB", "R2").recv(wait=False)["msg"] is None
+    assert _wire(net) <= 1.3 * len(data), f"{_wire(net)} bytes on the wire for {len(data)}"
+
+
+def test_noise_costs_only_the_damaged_segments(tmp_path):
+    net = _pair(tmp_path, ber=1e-5)
+    data = random.Random(3).randbytes(1 << 20)
+    net.client("AA", "P").send("BBR", data)
+    assert _data(_recv(net)) == data
+    assert _wire(net) <= 1.3 * len(data)
+
+
+def test_a_peer_with_a_smaller_maximum_gets_small_messages_and_the_large_one_waits(tmp_path):
+    net = _pair(tmp_path, b_max=128)
+    p = net.client("AA", "P")
+    p.send("BBR", b"x" * 128)
+    assert _data(_recv(net, duration=30)) == b"x" * 128
+    p.send("BBR", b"y" * 100_000)
+    net.run(duration=10)
+    status = net["AA"].kernel.status()["lines"][0]
+    assert status["large"] == 128 and status["held"].endswith("100000 bytes")
+    assert net.client("BB", "R2").recv(wait=False)["msg"] is None
+
+
+# -- the receiver's rules ----------------------------------------------------------------------------
+def _seg(data: bytes, offset: int, n: int, total: int | None = None, crc: int | None = None) -> Segment:
+    return Segment(len(data) if total is None else total, offset, segments.crc_of(data) if crc is None else crc,
+                   data[offset:offset + n])
+
+
+def test_segments_with_a_wrong_total_offset_length_or_text_are_refused_and_nothing_is_made():
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    ids = iter(range(1, 100))
+    r = Reassembly(max_message=8192)
+    with pytest.raises(Refused, match="over the maximum"):
+        r.arrive(("AA", 1), "BBR   ", _seg(data, 0, 1000), lambda: next(ids), 0.0, [])
+    r = Reassembly(max_message=BIG)
+    out: list = []
+    with pytest.raises(Refused, match="does not fit"):
+        r.arrive(("AA", 1), "BBR   ", _seg(data, 0, 1000, total=500), lambda: next(ids), 0.0, out)
+    with pytest.raises(Refused, match="start is not held"):
+        r.arrive(("AA", 1), "BBR   ", _seg(data, 1000, 1000), lambda: next(ids), 0.0, out)
+    assert r.arrive(("AA", 1), "BBR   ", _seg(data, 0, 4000), lambda: next(ids), 0.0, out) is None
+    assert r.arrive(("AA", 1), "BBR   ", _seg(data, 0, 2000), lambda: next(ids), 0.0, out) is None  # held: again
+    with pytest.raises(Refused, match="a gap"):
+        r.arrive(("AA", 1), "BBR   ", _seg(data, 6000, 1000), lambda: next(ids), 0.0, out)
+    changed = bytes(reversed(data))
+    with pytest.raises(Refused, match="transfer changed"):  # a resumed transfer whose first segments changed
+        r.arrive(("AA", 1), "BBR   ", _seg(changed, 4000, 1000), lambda: next(ids), 0.0, out)
+    assert ("AA", 1) not in r.partials
+    # a message larger than announced: the pieces add up to more than the CRC was made of
+    out = []
+    lie = segments.crc_of(data[:8000])
+    r.arrive(("AA", 2), "BBR   ", _seg(data, 0, 8000, total=len(data), crc=lie), lambda: next(ids), 0.0, out)
+    with pytest.raises(Refused, match="CRC-32"):
+        r.arrive(("AA", 2), "BBR   ", _seg(data, 8000, 4000, crc=lie), lambda: next(ids), 0.0, out)
+    assert ("AA", 2) not in r.partials and any("DELETE FROM partials" in c.sql for c in out)
+
+
+def test_a_completed_transfer_knows_its_resent_segments_as_duplicates():
+    data = b"z" * 3000
+    ids = iter(range(1, 100))
+    r = Reassembly(max_message=BIG)
+    out: list = []
+    assert r.arrive(("AA", 7), "BBR   ", _seg(data, 0, 2000), lambda: next(ids), 0.0, out) is None
+    done = r.arrive(("AA", 7), "BBR   ", _seg(data, 2000, 1000), lambda: next(ids), 0.0, out)
+    assert done is not None and done.got == 3000
+    assert isinstance(r.finish(done)[0], ch.Change)
+    out = []
+    assert r.arrive(("AA", 7), "BBR   ", _seg(data, 2000, 1000), lambda: next(ids), 0.0, out) is None
+    assert r.arrive(("AA", 7), "BBR   ", _seg(data, 0, 2000), lambda: next(ids), 0.0, out) is None
+    assert out == [] and not r.partials
