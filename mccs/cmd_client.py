@@ -24,7 +24,10 @@ def _common(p: argparse.ArgumentParser, name: bool = True) -> None:
 def add_send_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("to_id", metavar="TO_ID", help="destination process id, e.g. BBPAY (host id + name)")
-    p.add_argument("data", metavar="DATA", nargs="?", default="-", help="the message; - or absent: read stdin")
+    p.add_argument("data", metavar="DATA", nargs="?", default=None, help="the message; - or absent: read stdin")
+    p.add_argument("--file", metavar="PATH", help="send the contents of this file (up to the host's max_message, "
+                                                  "16 MiB at most); on a terminal a progress bar shows how much "
+                                                  "has been handed to the daemon")
     p.add_argument("--user-id", type=int, default=0, help="16-bit USER_ID (0: use the MSG_ID)")
     p.add_argument("--timeout", type=_seconds, default=None,
                    help="give up (exit 4, nothing stored) if the message is not stored within S seconds; "
@@ -35,6 +38,10 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--receipt", action="store_true",
                    help="ask for a delivered notice once the destination process has taken the message; "
                         "notices arrive as messages from HHMCCS (receive them with 'mccs recv')")
+    p.add_argument("--wait-delivered", action="store_true",
+                   help="ask for a receipt and wait for it: show the transfer on this host's line (bytes, rate, "
+                        "ETA), then exit 0 once the destination process has taken the message, 1 if it comes "
+                        "back undeliverable (its notice is taken by this command)")
 
 
 def _seconds(text: str) -> float:
@@ -51,6 +58,8 @@ def add_recv_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nowait", action="store_true", help="return at once (exit 1) if nothing matches")
     p.add_argument("--timeout", type=_seconds, default=None, help="wait at most S seconds (exit 1 if nothing)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the raw data")
+    p.add_argument("--out", metavar="PATH", help="write the message's data to this file (made whole, then "
+                                                 "renamed into place) instead of stdout")
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
@@ -97,11 +106,21 @@ def _guard(body):
 
 @_guard
 def run_send(args) -> int:
-    data = sys.stdin.buffer.read() if args.data == "-" else os.fsencode(args.data)
+    if args.file is not None and args.data is not None:
+        raise _Usage("give the message as DATA or --file PATH, not both")
+    if args.file is not None:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    else:
+        data = sys.stdin.buffer.read() if args.data in (None, "-") else os.fsencode(args.data)
+    bar = Progress(f"sending {len(data):,} bytes to {args.to_id}") if args.file and sys.stderr.isatty() else None
     with _client(args) as client:
-        print(client.send(args.to_id, data, args.user_id, timeout=args.timeout, ttl=args.ttl,
-                          receipt=args.receipt))
-    return EXIT_OK
+        msg_id = client.send(args.to_id, data, args.user_id, timeout=args.timeout, ttl=args.ttl,
+                             receipt=args.receipt or args.wait_delivered, progress=bar and bar.show)
+        if bar:
+            bar.done(f"stored here as MSG_ID {msg_id}")
+        print(msg_id, flush=True)
+        return wait_delivered(client, args.to_id, msg_id, sys.stderr.isatty()) if args.wait_delivered else EXIT_OK
 
 
 @_guard
@@ -110,14 +129,22 @@ def run_recv(args) -> int:
         msg = client.recv(args.from_id, args.user_id, wait=not args.nowait, timeout=args.timeout)
     if msg is None:
         return _fail(EXIT_NOTHING, "nothing received")
+    if args.out is not None:
+        part = f"{args.out}.part"
+        with open(part, "wb") as f:
+            f.write(msg.data)
+        os.replace(part, args.out)
     if args.json:
-        try:
-            text = msg.data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        print(json.dumps({"from_id": msg.from_id, "to_id": msg.to_id, "msg_id": msg.msg_id,
-                          "user_id": msg.user_id, "data": b64(msg.data), "text": text}))
-    else:
+        about = {"from_id": msg.from_id, "to_id": msg.to_id, "msg_id": msg.msg_id, "user_id": msg.user_id}
+        if args.out is not None:
+            print(json.dumps({**about, "out": args.out, "bytes": len(msg.data)}))
+        else:
+            try:
+                text = msg.data.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            print(json.dumps({**about, "data": b64(msg.data), "text": text}))
+    elif args.out is None:
         sys.stdout.buffer.write(msg.data)
         sys.stdout.flush()
     return EXIT_OK
@@ -164,8 +191,14 @@ def _print_status(s: dict) -> None:
     print(f"host {s['host']}  pid {s['pid']}  up {s['uptime']:.0f} s")
     print(f"WAIT_LIST {lists['wait']}  SEND_LIST {lists['send']}  RECV_LIST {lists['recv']}")
     for line in s["lines"]:
-        extra = "  ".join(f"{k} {v}" for k, v in line.items() if k not in ("peer", "protocol", "state", "counters"))
+        extra = "  ".join(f"{k} {v}" for k, v in line.items()
+                          if k not in ("peer", "protocol", "state", "counters", "transfer"))
         print(f"line {line['peer']} {line['protocol']:5} {line['state']:10} {extra}")
+        if line.get("transfer"):
+            print(f"  sending {transfer_text(line['transfer'])}")
+    for p in s.get("receiving", []):
+        print(f"receiving {p['origin']}/{p['msg_id']} for {p['to_id'].rstrip()}: "
+              f"{_mib(p['bytes'])} of {_mib(p['total'])}")
     waiting = s.get("waiting_for", {})
     for r in s.get("routes", []):
         distance = "-" if r["distance"] is None else r["distance"]
@@ -174,3 +207,59 @@ def _print_status(s: dict) -> None:
     for origin, held in s.get("held_for_order", {}).items():
         print(f"held for order: {held['held']} from {origin}, waiting for its number {held['next']}")
     print("counters: " + "  ".join(f"{k} {v}" for k, v in sorted(s["counters"].items())))
+
+
+def _mib(n: float) -> str:
+    return f"{n / (1 << 20):.2f} MiB"
+
+
+def transfer_text(t: dict) -> str:
+    """One line for a message going in segments: done of total, rate, time left."""
+    eta = "-" if t["eta"] is None else f"{t['eta']:.0f} s"
+    return (f"{t['origin']}/{t['msg_id']} to {t['to_id'].rstrip()}: {_mib(t['bytes'])} of {_mib(t['total'])} "
+            f"({100 * t['bytes'] / max(1, t['total']):.0f}%)  {t['rate'] / 1000:.1f} kB/s  ETA {eta}")
+
+
+class Progress:
+    """A progress bar on stderr (a terminal), redrawn in place."""
+    WIDTH = 30
+
+    def __init__(self, title: str):
+        self.title = title
+
+    def show(self, done: int, total: int, note: str = "") -> None:
+        filled = self.WIDTH * done // max(1, total)
+        sys.stderr.write(f"\r{self.title} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+                         f"{100 * done // max(1, total):3d}% {note}\033[K")
+        sys.stderr.flush()
+
+    def done(self, note: str) -> None:
+        sys.stderr.write(f"\r{self.title}: {note}\033[K\n")
+        sys.stderr.flush()
+
+
+def wait_delivered(client: Client, to_id: str, msg_id: int, tty: bool, poll: float = 0.5) -> int:
+    """Follow a message sent with a receipt: its transfer on this host's lines while there is one,
+    then its notice (delivered: 0; undeliverable: 1)."""
+    host = client.host
+    bar = Progress(f"delivering MSG_ID {msg_id}") if tty else None
+    while True:
+        status = client.status()
+        # the delivered notice comes from the destination, an undeliverable one from where it waited
+        hosts = [to_id[:2], host, *(r["to"] for r in status.get("routes", []))]
+        notice = client.recv(f"{to_id[:2]}MCCS", msg_id, wait=True, timeout=poll)
+        for h in hosts[1:]:
+            notice = notice or client.recv(f"{h}MCCS", msg_id, wait=False)
+        if notice is not None:
+            about = json.loads(notice.data)
+            if bar:
+                bar.done(f"{about['notice']}: {about['reason']}")
+            else:
+                print(f"{about['notice']}: {about['reason']}", file=sys.stderr)
+            return EXIT_OK if about["notice"] == "delivered" else EXIT_NOTHING
+        if bar:
+            t = next((line["transfer"] for line in status["lines"] if line.get("transfer")
+                      and line["transfer"]["origin"] == host and line["transfer"]["msg_id"] == msg_id), None)
+            if t is not None:
+                bar.show(t["bytes"], t["total"], f"{t['rate'] / 1000:.1f} kB/s  ETA "
+                                                 f"{'-' if t['eta'] is None else round(t['eta'])} s")

@@ -1,0 +1,99 @@
+"""Large messages between real daemon processes over a real pseudo-terminal line (issue 12):
+`mccs send --file` and `mccs recv --out`, a kill -9 of the receiver half way, and the bytes the
+line carried (vserial's counters)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mccs
+from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.loopback import timers
+from mccs.testbed.vserial import Lines
+
+BAUD = 1_000_000  # paced: 100,000 bytes/s, so 4 MiB takes about 45 s
+SIZE = 4 << 20
+
+
+def _mccs(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mccs.cli", *args], capture_output=True, timeout=timeout)
+
+
+def _status(d: DaemonProcess) -> dict:
+    with mccs.connect(d.config, None) as admin:
+        return admin.status()
+
+
+@pytest.mark.timeout(420)
+def test_a_4_mib_file_survives_a_kill9_of_the_receiver_half_way_and_the_line_carries_it_about_once(tmp_path):
+    keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+    data = random.Random(4).randbytes(SIZE)
+    src = tmp_path / "in.bin"
+    src.write_bytes(data)
+    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
+        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}],
+                                       max_message=16 << 20))
+        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}],
+                                       max_message=16 << 20))
+        try:
+            a.start(), b.start()
+            sent = _mccs("send", "-c", str(a.config), "--as", "P", "BBR", "--file", str(src))
+            assert sent.returncode == 0, sent.stderr
+            msg_id = int(sent.stdout)
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:  # half of it is in BB's checkpoint: kill -9
+                partial = _status(b)["receiving"]
+                if partial and partial[0]["bytes"] >= SIZE // 2:
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"the transfer did not get half way: {_status(a)['lines']}")
+            b.kill()
+            b.start()
+            out = tmp_path / "out.bin"
+            got = _mccs("recv", "-c", str(b.config), "--as", "R", "--timeout", "240", "--out", str(out), "--json",
+                        timeout=300)
+            assert got.returncode == 0, got.stderr
+            about = json.loads(got.stdout)
+            assert about["msg_id"] == msg_id and about["bytes"] == SIZE and about["from_id"] == "AAP   "
+            assert out.read_bytes() == data
+            again = _mccs("recv", "-c", str(b.config), "--as", "R", "--nowait")
+            assert again.returncode == 1  # delivered once
+            wire = vl.lines["AA-BB"].counters
+            towards_b = wire["a>b"]["bytes_in"]  # end a is AA's port
+            assert towards_b <= 1.3 * SIZE, f"{towards_b} bytes on the wire for {SIZE}: {wire}"
+            assert _status(a)["lists"]["send"] == 0
+            assert not os.path.exists(f"{out}.part")
+        finally:
+            a.stop(), b.stop()
+
+
+@pytest.mark.timeout(180)
+def test_send_wait_delivered_follows_the_message_to_its_receipt(tmp_path):
+    keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
+        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}],
+                                       max_message=1 << 20))
+        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}],
+                                       max_message=1 << 20))
+        try:
+            a.start(), b.start()
+            src = tmp_path / "in.bin"
+            src.write_bytes(os.urandom(300_000))
+            sender = subprocess.Popen([sys.executable, "-m", "mccs.cli", "send", "-c", str(a.config), "--as", "P",
+                                       "BBR", "--file", str(src), "--wait-delivered"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            got = _mccs("recv", "-c", str(b.config), "--as", "R", "--timeout", "120", "--out",
+                        str(tmp_path / "out.bin"))
+            assert got.returncode == 0, got.stderr
+            out, err = sender.communicate(timeout=60)
+            assert sender.returncode == 0, err
+            assert b"delivered" in err and (tmp_path / "out.bin").read_bytes() == src.read_bytes()
+        finally:
+            a.stop(), b.stop()
