@@ -2,16 +2,17 @@
 the Deframer that cuts the received byte stream into checked frames.
 
 A frame is `7E | KIND | SEQ | ACK | body | FCS | 7E`, byte-stuffed, FCS = CRC-16/X-25 over KIND..body,
-low byte first. On a line with a secret the body of D A N B P O ends with an authentication
-trailer (auth.py, docs/PROTOCOL.md); to this module it is part of the body.
+low byte first; with FEAT=FCS32 agreed, a frame whose body is longer than LONG_BODY carries a CRC-32
+instead (docs/PROTOCOL.md). On a line with a secret the body of D A N B P O ends with an
+authentication trailer (auth.py, docs/PROTOCOL.md); to this module it is part of the body.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from .auth import NONCE_SIZE
-from .crc import le16, x25
+from .crc import crc32, le16, x25
 from .ids import IdError, check_host_id
 
 FLAG, ESC = 0x7E, 0x7D
@@ -21,11 +22,17 @@ SEALED = frozenset("DANBRPO")
 #: The sign-on feature of selective repeat: R (SEQ = a frame the receiver lacks) asks for that
 #: frame alone, and the receiver keeps what came after the gap (docs/PROTOCOL.md).
 SREJ = "SREJ"
+#: The sign-on feature of CRC-32 for long frames: CRC-16 misses too much damage in a few kilobytes.
+FCS32 = "FCS32"
+#: With FCS32 agreed, a body (after KIND SEQ ACK, trailer included) longer than this gets CRC-32.
+LONG_BODY = 256
 #: Bytes escaped as ESC, byte ^ 0x20. ESC must come first so its own escapes are not re-escaped.
 STUFFED = (0x7D, 0x7E)
 XONXOFF_STUFFED = STUFFED + (0x11, 0x13, 0x91, 0x93)
 #: Flags (2) + KIND SEQ ACK (3) + FCS (2): the bytes a frame adds to its body, unstuffed.
 OVERHEAD = 7
+#: What a CRC-32 adds to that.
+FCS32_EXTRA = 2
 VERSION = "MCCS/1"
 #: The body of the O that refuses a sign-on (a plain sign-off has none); toward a peer that
 #: authenticates, a space and why follow (the refused end's LineDown shows them).
@@ -55,10 +62,20 @@ def unstuff(data: bytes) -> bytes | None:
 
 
 def encode_frame(kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
-                 special: tuple[int, ...] = STUFFED) -> bytes:
-    """One complete frame with flags, FCS and stuffing."""
+                 special: tuple[int, ...] = STUFFED, fcs32: bool = False) -> bytes:
+    """One complete frame with flags, FCS and stuffing; `fcs32`: FCS32 was agreed."""
     content = bytes((ord(kind), seq, ack)) + body
-    return b"\x7e" + stuff(content + le16(x25(content)), special) + b"\x7e"
+    fcs = crc32(content).to_bytes(4, "little") if fcs32 and len(body) > LONG_BODY else le16(x25(content))
+    return b"\x7e" + stuff(content + fcs, special) + b"\x7e"
+
+
+def fcs_size(content_len: int, fcs32: bool) -> int:
+    """The FCS bytes at the end of `content_len` unstuffed bytes (KIND..FCS): what the sender chose by
+    the body's length, so 4 for a long frame when FCS32 was agreed, else 2; 0 for a length that
+    neither choice makes (3 + LONG_BODY + 2 < content_len <= 3 + LONG_BODY + 4): a damaged frame."""
+    if fcs32 and content_len > 3 + LONG_BODY + 4:
+        return 4
+    return 2 if not fcs32 or content_len <= 3 + LONG_BODY + 2 else 0
 
 
 @dataclass(frozen=True)
@@ -111,26 +128,34 @@ class RxFrame(NamedTuple):
 
 class Deframer:
     """Hunts for flags, unstuffs and checks frames; never raises. Bad input is counted in
-    `counters` (the machine's dict): garbage, oversized, crc_errors, bad_frames."""
+    `counters` (the machine's dict): garbage, oversized, crc_errors, bad_frames. `fcs32` is set by
+    the machine while FCS32 is agreed."""
 
     def __init__(self, max_raw: int, counters: dict):
         self.max_raw, self.counters = max_raw, counters
+        self.fcs32 = False
         self._rx = bytearray()  # bytes after the last flag
         self._hunting = True    # no flag seen since the last overrun (or ever)
 
-    def feed(self, data: bytes) -> list[RxFrame]:
-        """Take received bytes; return the frames they complete, oldest first."""
+    @property
+    def pending(self) -> int:
+        """Bytes of a frame still arriving (or of noise): how long a frame the peer may be sending."""
+        return len(self._rx)
+
+    def feed(self, data: bytes) -> Iterator[RxFrame]:
+        """Take received bytes; return the frames they complete, oldest first. Each is checked as it
+        is taken, so a sign-on acted on decides the FCS of the frames behind it in the same bytes."""
         if FLAG not in data:
             self._rx += data
             self._check_overrun()
-            return []
+            return iter(())
         parts = (bytes(self._rx) + data).split(b"\x7e")
         self._rx = bytearray(parts.pop())
         if self._hunting:
             self.counters["garbage"] += len(parts.pop(0))  # bytes before the first flag
         self._hunting = False
         self._check_overrun()
-        return [self._check(raw) for raw in parts if raw]
+        return (self._check(raw) for raw in parts if raw)
 
     def _check_overrun(self) -> None:
         """More bytes than any frame may have and no flag: drop them and hunt for a flag."""
@@ -148,10 +173,12 @@ class Deframer:
         if content is None or len(content) < 5:  # a fragment (noise made or hid a flag)
             self.counters["garbage"] += len(raw)
             return RxFrame("?", nbytes, None)
-        if x25(content[:-2]) != int.from_bytes(content[-2:], "little"):
+        n = fcs_size(len(content), self.fcs32)
+        check = crc32 if n == 4 else x25
+        if not n or check(content[:-n]) != int.from_bytes(content[-n:], "little"):
             self.counters["crc_errors"] += 1
             return RxFrame(chr(content[0]) if content[0] in KINDS else "?", nbytes, None)
         if content[0] not in KINDS:
             self.counters["bad_frames"] += 1
             return RxFrame("?", nbytes, None)
-        return RxFrame(chr(content[0]), nbytes, content[:-2])
+        return RxFrame(chr(content[0]), nbytes, content[:-n])

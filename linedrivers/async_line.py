@@ -1,7 +1,7 @@
 """The async line protocol (DESIGN.md 4.1) as a sans-I/O state machine.
 
 Frames are `7E | KIND | SEQ | ACK | body | FCS | 7E`, byte-stuffed, FCS = CRC-16/X-25 low byte
-first. A go-back-N sliding window with cumulative ACKs (piggybacked in D), reject (N), busy (B)
+first (CRC-32 on long frames with FEAT=FCS32). A go-back-N sliding window with cumulative ACKs (piggybacked in D), reject (N), busy (B)
 with polling, keep-alive (P), sign-on (S/T) and sign-off (O). The owner feeds bytes and time in
 and takes bytes, events and the next deadline out; nothing here blocks, sleeps or reads a clock.
 
@@ -13,16 +13,19 @@ answering end going UP only on a good V, and every D A N B P O of the session ca
 (counter and MAC, see auth.py) inside the FCS; docs/PROTOCOL.md has the layouts.
 
 Parts: async_frames (the wire and the Deframer), async_states (states and the sign-on table),
-async_signon (sign-on, sign-off and refusals); here the window, acknowledgements and timers.
+async_signon (sign-on, sign-off and refusals), async_sizing (the segment size for the line's error
+rate); here the window, acknowledgements and timers.
 """
 from __future__ import annotations
 
 import logging
 from collections import deque
+from itertools import islice
 
-from .async_frames import (OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED, Deframer, SignOn, encode_frame,
-                           stuff, unstuff)
+from .async_frames import (FCS32, FCS32_EXTRA, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED, Deframer, SignOn,
+                           encode_frame, stuff, unstuff)
 from .async_signon import AsyncSignOn
+from .async_sizing import LEAST_SEGMENT, ErrorRate, best_length
 from .async_states import GIVE_UP, Await, State
 from .auth import TRAILER_SIZE, FrameAuth, Handshake
 from .events import FrameTraced, LineDown, LineEvent, MessageAcked, MessageReceived
@@ -43,7 +46,8 @@ class AsyncLine(AsyncSignOn):
     def __init__(self, local: str, peer: str, *, window: int = 8, baud: int = 9600,
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
                  retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None,
-                 features: tuple[str, ...] = (), selective_repeat: bool = True, large: int = 0):
+                 features: tuple[str, ...] = (), selective_repeat: bool = True, large: int = 0,
+                 fcs32: bool | None = None):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
@@ -65,10 +69,14 @@ class AsyncLine(AsyncSignOn):
         self._out: list[bytes] = []
         self._now = 0.0
         self.secret = secret
-        # offered at sign-on; LineUp says which both ends offered. SREJ is this machine's own.
-        self.features = tuple(features) + ((SREJ,) if selective_repeat else ())
+        # offered at sign-on; LineUp says which both ends offered. SREJ and FCS32 are this machine's
+        # own; FCS32 by default goes with SREJ (selective_repeat=False speaks DESIGN.md 4.1 as it was).
+        fcs32 = selective_repeat if fcs32 is None else fcs32
+        self.features = tuple(features) + ((SREJ,) if selective_repeat else ()) + ((FCS32,) if fcs32 else ())
         self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
-        self._deframer = Deframer(2 * (self._overhead + HEADER_SIZE + max(max_message, 64)), self.counters)
+        self._deframer = Deframer(2 * (self._overhead + FCS32_EXTRA + HEADER_SIZE + max(max_message, 64)),
+                                  self.counters)
+        self._errors = ErrorRate()  # the line's, so it outlives sign-ons
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i
         self._busy = False       # the owner's set_busy(): outlives sign-ons
         self.session = ""        # SESSION of our last S
@@ -96,23 +104,45 @@ class AsyncLine(AsyncSignOn):
         self._reject_due = False
         self._last_byte = self._now  # any byte from the line, even a damaged one
         self._sr = False         # selective repeat agreed at sign-on (FEAT=SREJ at both ends)
+        self._fcs32 = self._deframer.fcs32 = False  # CRC-32 on long frames agreed (FEAT=FCS32 at both ends)
+        self._peer_frame = 0     # bytes of the longest frame heard this session
         self._early: dict[int, bytes] = {}   # SEQ -> body received after a gap, kept for order
         self._asked: dict[int, float] = {}   # SEQ -> when we last asked for it with R
         self._ask_due: list[int] = []        # SEQs to ask for with R at the next data_to_send()
         self._resend: set[int] = set()       # SEQs the peer asked for with R (or the oldest, after a timeout)
         self._rejected_at = None  # _rx_next when the last N went out (one N per gap)
         self._awaiting: Await | None = None  # what the reply timer waits for
+        self._await_since = self._now
         self._reply_at = None
         self._poll_at = None
         self._retries = 0
         self._last_rx = self._now
         self._auth: FrameAuth | None = None  # the frame keys while UP with a secret
 
+    def _frame_bytes(self, image: int) -> int:
+        """Bytes of the frame that carries an image of `image` bytes (unstuffed): flags, KIND SEQ
+        ACK, the image, the trailer, and the FCS (CRC-32 when agreed and the body is long)."""
+        long = self._fcs32 and image + self._overhead - OVERHEAD > LONG_BODY
+        return self._overhead + image + (FCS32_EXTRA if long else 0)
+
     def _timeout(self) -> float:
-        """The reply timeout: the configured base, raised to twice the window's transmit time
-        (10 bit times a byte) plus a margin, since our window and the peer's may both be queued."""
-        window_time = self._window * (self._overhead + HEADER_SIZE + self._maxmsg) * 10 / self.baud
-        return max(self.reply_timeout, 2 * window_time + REPLY_MARGIN)
+        """The reply timeout: the configured base, raised to twice the time a window of the frames
+        in use takes at the baud (10 bit times a byte) plus a margin, since our window and the
+        peer's may both be queued. While UP the frames in use are the longest of ours in the
+        window, of the peer's heard this session, and of one arriving now, at most a MAXMSG frame,
+        so short segments on a line with a large MAXMSG keep the timer short. Signing on, nothing
+        is known of the peer's frames: a MAXMSG frame."""
+        largest = self._frame_bytes(HEADER_SIZE + self._maxmsg)
+        frame = largest
+        if self.state is State.UP:
+            ours = max((len(i) for i in islice(self._held, self._window)), default=None)
+            frame = min(largest, max(self._peer_frame, self._deframer.pending,
+                                     0 if ours is None else self._frame_bytes(ours)))
+        return self._timeout_for(frame)
+
+    def _timeout_for(self, frame: int) -> float:
+        """The reply timeout for frames of `frame` bytes (see _timeout)."""
+        return max(self.reply_timeout, 2 * self._window * frame * 10 / self.baud + REPLY_MARGIN)
 
     def _silence(self) -> float:
         """A line that brought no byte at all for this long while an answer is awaited is down (a
@@ -149,8 +179,12 @@ class AsyncLine(AsyncSignOn):
 
     def segment_size(self) -> int:
         """MESSAGE bytes the owner should put in the next image when it cuts a large message in
-        segments: the line's agreed MAXMSG (an image must fit one frame)."""
-        return self._maxmsg
+        segments: the length that carries the most at the line's recent error rate (async_sizing),
+        at least LEAST_SEGMENT (or MAXMSG if smaller), at most the agreed MAXMSG (an image must
+        fit one frame)."""
+        overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
+        return best_length(self._errors.rate, overhead, lambda n: self._timeout_for(n) * self.baud / 10,
+                           min(LEAST_SEGMENT, self._maxmsg), self._maxmsg)
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""
@@ -225,7 +259,10 @@ class AsyncLine(AsyncSignOn):
         if data:
             self._last_byte = now
         for frame in self._deframer.feed(data):
+            self._peer_frame = max(self._peer_frame, frame.nbytes)
+            self._exposed(frame.nbytes)
             if frame.content is None:
+                self._errors.failed()
                 self._trace_rx(frame.kind, frame.nbytes, False)
                 continue
             try:
@@ -240,7 +277,9 @@ class AsyncLine(AsyncSignOn):
         trailer = b""
         if seal and self._auth is not None and kind in SEALED:
             trailer = self._auth.seal(bytes((ord(kind), seq, ack)) + body)
-        frame = encode_frame(kind, seq, ack, body + trailer, self.special)
+        frame = encode_frame(kind, seq, ack, body + trailer, self.special, self._fcs32)
+        if kind == "D":  # its loss comes back as R, N or a timeout
+            self._exposed(len(frame))
         self._out.append(frame)
         self.counters["frames_tx"] += 1
         self.counters["bytes_tx"] += len(frame)
@@ -274,14 +313,23 @@ class AsyncLine(AsyncSignOn):
         if self._awaiting is not Await.DATA:
             self._await(Await.DATA)
 
+    def _exposed(self, nbytes: int) -> None:
+        """A frame went over the line, either way: evidence for the error rate."""
+        self._errors.exposed(nbytes, self._frame_bytes(HEADER_SIZE + self.segment_size()))
+
     def _await(self, what: Await | None) -> None:
         """Start (or stop, with None) the reply timer."""
-        self._awaiting = what
+        self._awaiting, self._await_since = what, self._now
         self._reply_at = None if what is None else self._now + self._timeout()
 
     def _reply_timed_out(self) -> None:
         what = self._awaiting
+        if self._now < self._await_since + self._timeout():  # a longer frame than the timer allowed
+            self._reply_at = self._await_since + self._timeout()  # for is arriving: wait for it
+            return
         self.counters["timeouts"] += 1
+        if what is Await.DATA:
+            self._errors.failed()
         self._events.append(LineEvent("timeout", f"no answer to {what} in {self._timeout():.2f}s"))
         if self._retries >= self.retry_limit:
             self._down(GIVE_UP[what])
@@ -373,6 +421,7 @@ class AsyncLine(AsyncSignOn):
             self._poll_at = self._now + self.reply_timeout
         elif kind == "R":
             self.counters["naks"] += 1
+            self._errors.failed()
             if self._peer_busy:  # the peer takes frames again (its R came where an A would): resume
                 self._resume("A", ack)
             else:
@@ -387,6 +436,7 @@ class AsyncLine(AsyncSignOn):
             if self._rej_for == ack:  # a repeated reject for the same frame: already going back
                 return
             self._rej_for = ack
+            self._errors.failed()
         self._peer_busy = False
         self._poll_at = None
         self._next_i = 0

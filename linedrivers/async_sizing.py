@@ -1,0 +1,75 @@
+"""Adaptive segment size on an async line (docs/PROTOCOL.md): estimate the line's byte error rate
+from recent frames, and choose the message length that carries the most payload per byte time.
+
+A frame of L message bytes and h bytes of overhead (flags, KIND SEQ ACK, FCS, trailer, image
+header) is damaged with probability q = 1 - (1-p)^(L+h) at byte error rate p. A damaged frame is
+asked for again (selective repeat) and sent again alone; when that copy is damaged too (chance q
+again) the sender learns it only from its reply timer and the line stands idle for a reply
+timeout, S(L) byte times, which grows with the frame (the timer covers a window of them). A
+frame delivered then costs ((L+h) + q^2 S(L)) / (1-q) byte times, and the useful share is
+
+    E(L) = L (1-q) / (L + h + q^2 S(L))
+
+Long frames waste little on overhead but fail more often, and each failure costs more; E peaks
+near sqrt(h/p) when stalls are rare (about 500 bytes at p = 1e-4), lower when the timer is long.
+The peak is flat, so a rough p and a coarse search are good enough. (Go-back-N sends the window
+behind a damaged frame again, so its best length is shorter still; the rule still beats a fixed
+MAXMSG there.)
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+#: The smallest segment chosen (or MAXMSG if smaller): below it the overhead dominates and a
+#: window of 8 no longer covers a round trip at high baud.
+LEAST_SEGMENT = 128
+#: How much evidence the estimate keeps: weights halve every this many frames of the size in use.
+MEMORY_FRAMES = 32
+#: Lengths tried: a geometric series this far apart (the peak of E is flat).
+STEP = 1.1
+
+
+class ErrorRate:
+    """The byte error rate: failures (damaged or lost frames) per byte of frames, both weighted
+    down by half for every MEMORY_FRAMES frames of the size in use seen since, so old noise is
+    forgotten after a clean run and the length grows back. Deterministic: byte counts in, no clock.
+
+    Each failure is one damaged frame, so failures / bytes is p while frames mostly get through
+    (low by about half a frame's chance of failing). When every frame fails it gives 1/length,
+    which best_length() turns into a much shorter length: a few frames later frames mostly get
+    through, and the estimate is good again."""
+
+    def __init__(self) -> None:
+        # as if one frame had failed in the first 1,000 bytes: a new line is trusted with long
+        # frames only after it has carried some (segments cut too long go out as they are)
+        self.bytes = 1000.0
+        self.failures = 1.0
+
+    def exposed(self, nbytes: int, frame: int) -> None:
+        """A frame of `nbytes` went over the line (its fate may come later as failed());
+        `frame`: the bytes of a frame of the size in use, which sets how fast evidence ages."""
+        keep = 0.5 ** (nbytes / (MEMORY_FRAMES * frame))
+        self.bytes = self.bytes * keep + nbytes
+        self.failures *= keep
+
+    def failed(self) -> None:
+        """A frame was damaged or lost."""
+        self.failures += 1
+
+    @property
+    def rate(self) -> float:
+        return min(0.5, self.failures / self.bytes)
+
+
+def best_length(p: float, overhead: int, stall: Callable[[int], float], least: int, most: int) -> int:
+    """The message length in least..most with the largest E(L) (module docstring), tried on a
+    geometric series; `stall(frame bytes)`: the byte times a reply timeout leaves the line idle."""
+    def share(n: int) -> float:
+        q = -math.expm1(math.log1p(-p) * (n + overhead))
+        return n * (1 - q) / (n + overhead + q * q * stall(n + overhead))
+    lengths, n = [most], least
+    while n < most:
+        lengths.append(n)
+        n = max(n + 1, int(n * STEP))
+    return max(lengths, key=share)
