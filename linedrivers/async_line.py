@@ -1,9 +1,10 @@
 """The async line protocol (DESIGN.md 4.1) as a sans-I/O state machine.
 
 Frames are `7E | KIND | SEQ | ACK | body | FCS | 7E`, byte-stuffed, FCS = CRC-16/X-25 low byte
-first (CRC-32 on long frames with FEAT=FCS32). A go-back-N sliding window with cumulative ACKs (piggybacked in D), reject (N), busy (B)
-with polling, keep-alive (P), sign-on (S/T) and sign-off (O). The owner feeds bytes and time in
-and takes bytes, events and the next deadline out; nothing here blocks, sleeps or reads a clock.
+first (CRC-32 on long frames with FEAT=FCS32). A go-back-N sliding window with cumulative ACKs
+(piggybacked in D), reject (N), busy (B) with polling, keep-alive (P), sign-on (S/T) and sign-off
+(O). The owner feeds bytes and time in and takes bytes, events and the next deadline out; nothing
+here blocks, sleeps or reads a clock.
 
 Control frames (A, N, B) and data frames are built when the owner asks for bytes
 (data_to_send), so they always carry the newest acknowledgement the owner has confirmed.
@@ -22,8 +23,8 @@ import logging
 from collections import deque
 from itertools import islice
 
-from .async_frames import (FCS32, FCS32_EXTRA, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED, Deframer, SignOn,
-                           encode_frame, stuff, unstuff)
+from .async_frames import (FCS32, FCS32_EXTRA, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED,
+                           Deframer, SignOn, encode_frame, stuff, unstuff)
 from .async_signon import AsyncSignOn
 from .async_sizing import LEAST_SEGMENT, ErrorRate, best_length
 from .async_states import GIVE_UP, Await, State
@@ -133,12 +134,10 @@ class AsyncLine(AsyncSignOn):
         so short segments on a line with a large MAXMSG keep the timer short. Signing on, nothing
         is known of the peer's frames: a MAXMSG frame."""
         largest = self._frame_bytes(HEADER_SIZE + self._maxmsg)
-        frame = largest
-        if self.state is State.UP:
-            ours = max((len(i) for i in islice(self._held, self._window)), default=None)
-            frame = min(largest, max(self._peer_frame, self._deframer.pending,
-                                     0 if ours is None else self._frame_bytes(ours)))
-        return self._timeout_for(frame)
+        if self.state is not State.UP:
+            return self._timeout_for(largest)
+        ours = max((self._frame_bytes(len(i)) for i in islice(self._held, self._window)), default=0)
+        return self._timeout_for(min(largest, max(ours, self._peer_frame, self._deframer.pending)))
 
     def _timeout_for(self, frame: int) -> float:
         """The reply timeout for frames of `frame` bytes (see _timeout)."""
