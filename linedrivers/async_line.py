@@ -183,7 +183,7 @@ class AsyncLine(AsyncSignOn):
         fit one frame)."""
         overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
         return best_length(self._errors.rate, overhead, lambda n: self._timeout_for(n) * self.baud / 10,
-                           min(LEAST_SEGMENT, self._maxmsg), self._maxmsg)
+                           0 if self._sr else self._window - 1, min(LEAST_SEGMENT, self._maxmsg), self._maxmsg)
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""

@@ -5,16 +5,16 @@ A frame of L message bytes and h bytes of overhead (flags, KIND SEQ ACK, FCS, tr
 header) is damaged with probability q = 1 - (1-p)^(L+h) at byte error rate p. A damaged frame is
 asked for again (selective repeat) and sent again alone; when that copy is damaged too (chance q
 again) the sender learns it only from its reply timer and the line stands idle for a reply
-timeout, S(L) byte times, which grows with the frame (the timer covers a window of them). A
-frame delivered then costs ((L+h) + q^2 S(L)) / (1-q) byte times, and the useful share is
+timeout, S(L) byte times, which grows with the frame (the timer covers a window of them).
+Go-back-N sends the g frames behind a damaged one again too (g = window - 1 on a busy line; 0 with
+selective repeat). A frame delivered then costs ((L+h)(1 + q g) + q^2 S(L)) / (1-q) byte times,
+and the useful share is
 
-    E(L) = L (1-q) / (L + h + q^2 S(L))
+    E(L) = L (1-q) / ((L+h)(1 + q g) + q^2 S(L))
 
 Long frames waste little on overhead but fail more often, and each failure costs more; E peaks
-near sqrt(h/p) when stalls are rare (about 500 bytes at p = 1e-4), lower when the timer is long.
-The peak is flat, so a rough p and a coarse search are good enough. (Go-back-N sends the window
-behind a damaged frame again, so its best length is shorter still; the rule still beats a fixed
-MAXMSG there.)
+near sqrt(h/p) when stalls are rare (about 500 bytes at p = 1e-4), lower when the timer is long
+or with go-back-N. The peak is flat, so a rough p and a coarse search are good enough.
 """
 from __future__ import annotations
 
@@ -62,12 +62,14 @@ class ErrorRate:
         return min(0.5, self.failures / self.bytes)
 
 
-def best_length(p: float, overhead: int, stall: Callable[[int], float], least: int, most: int) -> int:
+def best_length(p: float, overhead: int, stall: Callable[[int], float], behind: int, least: int,
+                most: int) -> int:
     """The message length in least..most with the largest E(L) (module docstring), tried on a
-    geometric series; `stall(frame bytes)`: the byte times a reply timeout leaves the line idle."""
+    geometric series; `stall(frame bytes)`: the byte times a reply timeout leaves the line idle;
+    `behind`: g, the frames sent again with a damaged one."""
     def share(n: int) -> float:
         q = -math.expm1(math.log1p(-p) * (n + overhead))
-        return n * (1 - q) / (n + overhead + q * q * stall(n + overhead))
+        return n * (1 - q) / ((n + overhead) * (1 + q * behind) + q * q * stall(n + overhead))
     lengths, n = [most], least
     while n < most:
         lengths.append(n)
