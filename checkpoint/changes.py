@@ -22,12 +22,14 @@ class Table(StrEnum):
     KNOWN_HOSTS = "known_hosts"  # every host ever learned by routing: a SEND to it is accepted and waits
     PAIR_OUT = "pair_out"  # per destination host: the next end-to-end sequence number of this origin
     PAIR_IN = "pair_in"  # per origin host: its epoch and the next end-to-end sequence number expected
-    PARTIALS = "partials"  # large messages being received: the bytes so far (mccs.segments)
+    PARTIALS = "partials"  # large messages being received: how far each is (mccs.segments)
+    TEXTS = "texts"  # texts over INLINE_MAX (being received, or on a list, whose row names it in `text`)
+    SEND_ACKED = "send_acked"  # SEND_LIST blocks in segments: bytes the next host holds
     SEG_DONE = "seg_done"  # large messages received lately: a resent last segment is a duplicate
 
 
 MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch", "expires",
-                   "flags", "crc", "acked")
+                   "flags", "crc")
 WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "flags")
 
 
@@ -36,9 +38,10 @@ INLINE_MAX = 65536  # a text longer than this is kept in the checkpoint only (St
 
 @dataclass(frozen=True)
 class Stored:
-    """A message text kept in the checkpoint only: column `data` of row `rowid` of `table`. The
-    daemon's core never holds a large message whole; the shell reads it in pieces."""
-    table: str
+    """A message text kept in the checkpoint only: row `rowid` of table TEXTS, which a list's row
+    names in its column `text`. The daemon's core never holds a large message whole; the shell
+    reads it in pieces. Large texts live apart from the lists' rows because SQLite rewrites a
+    whole row to change one column, and expands a zeroblob that is not a row's last column."""
     rowid: int
     size: int
     crc: int  # CRC-32 of the text
@@ -63,7 +66,8 @@ class Row:
     expires: float = 0.0  # wall-clock time at this host after which it no longer waits; 0: never
     flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
     crc: int = 0  # CRC-32 of a text longer than one frame (it goes in segments); 0 otherwise
-    acked: int = 0  # SEND_LIST: bytes of it the next host holds (a transfer in segments resumes there)
+    acked: int = 0  # SEND_LIST: bytes of it the next host holds (a transfer in segments resumes there;
+    #                 kept in SEND_ACKED, not in the row)
 
 
 @dataclass(frozen=True)
@@ -97,37 +101,54 @@ def _insert(table: Table, columns: tuple[str, ...], verb: str = "INSERT") -> str
 
 
 def add_block(table: Table, row: Row) -> Change:
-    """A MSGBLOK; one whose text is `Stored` elsewhere gets a copy of it, made inside SQLite."""
-    if not isinstance(row.data, Stored):
-        return Change(_insert(table, MSGBLOK_COLUMNS), dataclasses.astuple(row))
-    values = [getattr(row, c) for c in MSGBLOK_COLUMNS if c != "data"]
-    selected = ", ".join("data" if c == "data" else "?" for c in MSGBLOK_COLUMNS)
-    return Change(f"INSERT INTO {table} ({', '.join(MSGBLOK_COLUMNS)}) SELECT {selected} FROM {row.data.table} "
-                  "WHERE rowid = ?", (*values, row.data.rowid))
+    """A MSGBLOK; one whose text is Stored names it (the text is never copied). A trigger deletes
+    the text with the row (store.py)."""
+    values = tuple(b"" if c == "data" and isinstance(row.data, Stored) else getattr(row, c) for c in MSGBLOK_COLUMNS)
+    text = row.data.rowid if isinstance(row.data, Stored) else 0
+    return Change(_insert(table, (*MSGBLOK_COLUMNS, "text")), (*values, text))
+
+
+def add_text(rowid: int, data: bytes | memoryview, piece: int = 1 << 20) -> list[Change]:
+    """A long text that is in memory, into TEXTS: room for it, then the text written in pieces,
+    so SQLite never holds a copy of all of it."""
+    data = memoryview(data)
+    return [new_text(rowid, len(data)), *(write_blob(Table.TEXTS, rowid, i, data[i:i + piece])
+                                          for i in range(0, len(data), piece))]
+
+
+def new_text(rowid: int, size: int) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.TEXTS} (id, data) VALUES (?, zeroblob(?))", (rowid, size))
 
 
 def set_acked(seq: int, acked: int) -> Change:
     """How much of a SEND_LIST block in segments the next host holds."""
-    return Change(f"UPDATE {Table.SEND_LIST} SET acked = ? WHERE seq = ?", (acked, seq))
+    return Change(f"INSERT OR REPLACE INTO {Table.SEND_ACKED} (seq, acked) VALUES (?, ?)", (seq, acked))
 
 
-def add_partial(pid: int, origin: str, msg_id: int, to_id: str, total: int, crc: int, ts: float) -> Change:
-    """A large message starts to arrive: room for all of it (zeros), filled in as segments come."""
-    return Change(f"INSERT OR REPLACE INTO {Table.PARTIALS} (id, origin, msg_id, to_id, total, crc, got, run, ts, "
-                  "data) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, zeroblob(?))", (pid, origin, msg_id, to_id, total, crc,
-                                                                            ts, total))
+def delete_acked(seq: int) -> Change:
+    return Change(f"DELETE FROM {Table.SEND_ACKED} WHERE seq = ?", (seq,))
 
 
-def write_blob(table: Table, rowid: int, offset: int, data: bytes) -> BlobWrite:
-    return BlobWrite(str(table), (rowid, offset, bytes(data)))
+def add_partial(pid: int, origin: str, msg_id: int, to_id: str, total: int, crc: int, ts: float) -> list[Change]:
+    """A large message starts to arrive: room for all of its text (TEXTS row `pid`), filled in as
+    segments come."""
+    return [Change(f"INSERT OR REPLACE INTO {Table.PARTIALS} (id, origin, msg_id, to_id, total, crc, got, run, ts) "
+                   "VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?)", (pid, origin, msg_id, to_id, total, crc, ts)),
+            new_text(pid, total)]
+
+
+def write_blob(table: Table, rowid: int, offset: int, data: bytes | memoryview) -> BlobWrite:
+    return BlobWrite(str(table), (rowid, offset, data))
 
 
 def set_partial_got(pid: int, got: int, run: int) -> Change:
     return Change(f"UPDATE {Table.PARTIALS} SET got = ?, run = ? WHERE id = ?", (got, run, pid))
 
 
-def delete_partial(pid: int) -> Change:
-    return Change(f"DELETE FROM {Table.PARTIALS} WHERE id = ?", (pid,))
+def delete_partial(pid: int, keep_text: bool = False) -> list[Change]:
+    """A partial done with: its text too, unless a list's row now names it."""
+    tables = (Table.PARTIALS,) if keep_text else (Table.PARTIALS, Table.TEXTS)
+    return [Change(f"DELETE FROM {table} WHERE id = ?", (pid,)) for table in tables]
 
 
 def add_seg_done(origin: str, msg_id: int, to_id: str, total: int, crc: int, seq: int) -> Change:
@@ -141,7 +162,7 @@ def delete_seg_done(origin: str, msg_id: int) -> Change:
 
 def set_void(table: Table, seq: int, flags: int) -> Change:
     """An expired block that keeps its place in its pair's order: its text goes, it never expires."""
-    return Change(f"UPDATE {table} SET data = x'', expires = 0, flags = ? WHERE seq = ?", (flags, seq))
+    return Change(f"UPDATE {table} SET data = x'', text = 0, expires = 0, flags = ? WHERE seq = ?", (flags, seq))
 
 
 def set_pseq(table: Table, seq: int, pseq: int, epoch: str) -> Change:

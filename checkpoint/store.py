@@ -21,13 +21,13 @@ from pathlib import Path
 
 import sqlite_utils
 
-from .changes import INLINE_MAX, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Row, Stored, Table
+from .changes import MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Row, Stored, Table
 
 MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes,
                   "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int, "crc": int,
-                  "acked": int}
+                  "text": int}
 PARTIALS_SCHEMA = {"id": int, "origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "got": int,
-                   "run": int, "ts": float, "data": bytes}
+                   "run": int, "ts": float}
 SEG_DONE_SCHEMA = {"origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "seq": int}
 WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int, "data": bytes, "ttl": float,
                   "flags": int}
@@ -168,6 +168,14 @@ class Checkpoint:
     @staticmethod
     def _create_segment_tables(db: sqlite_utils.Database) -> None:
         db[Table.PARTIALS].create(PARTIALS_SCHEMA, pk="id")
+        db[Table.TEXTS].create({"id": int, "data": bytes}, pk="id")
+        db[Table.SEND_ACKED].create({"seq": int, "acked": int}, pk="seq")
+        for table in (Table.SEND_LIST, Table.RECV_LIST):  # a row's long text goes with it
+            db.execute(f"CREATE TRIGGER {table}_text_deleted AFTER DELETE ON {table} WHEN old.text != 0 "
+                       f"BEGIN DELETE FROM {Table.TEXTS} WHERE id = old.text; END")
+            db.execute(f"CREATE TRIGGER {table}_text_dropped AFTER UPDATE OF text ON {table} "
+                       f"WHEN old.text != 0 AND new.text != old.text "
+                       f"BEGIN DELETE FROM {Table.TEXTS} WHERE id = old.text; END")
         db[Table.SEG_DONE].create(SEG_DONE_SCHEMA, pk=("origin", "msg_id"))
 
     def _check_identity(self, conn: sqlite3.Connection) -> None:
@@ -229,7 +237,7 @@ class Checkpoint:
         with conn:
             conn.execute("BEGIN")
             for table in (Table.SEND_LIST, Table.RECV_LIST):
-                for column in ("crc", "acked"):
+                for column in ("crc", "text"):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
             self._create_segment_tables(sqlite_utils.Database(conn))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
@@ -238,17 +246,18 @@ class Checkpoint:
     def restore(self) -> Restored:
         """Read back everything the lists held at the last commit."""
         q = self.conn.execute
+        with self.conn:  # progress of blocks that left SEND_LIST another way (expired) is forgotten
+            q(f"DELETE FROM {Table.SEND_ACKED} WHERE seq NOT IN (SELECT seq FROM {Table.SEND_LIST})")
 
         def rows(table: Table) -> list[Row]:
-            """Texts longer than INLINE_MAX stay in the file: a Stored stands for them."""
-            columns = ", ".join(f"CASE WHEN length(data) > {INLINE_MAX} THEN NULL ELSE data END" if c == "data" else c
-                                for c in MSGBLOK_COLUMNS)
+            """Texts in TEXTS stay in the file: a Stored stands for them."""
+            acked = f"(SELECT acked FROM {Table.SEND_ACKED} a WHERE a.seq = t.seq)"
+            size = f"(SELECT length(data) FROM {Table.TEXTS} x WHERE x.id = t.text)"
             out = []
-            for r in q(f"SELECT {columns}, length(data) FROM {table} ORDER BY seq"):
-                row = Row(*r[:-1])
-                if row.data is None:
-                    row = dataclasses.replace(row, data=Stored(str(table), row.seq, r[-1], row.crc))
-                out.append(row)
+            for *r, text, size in q(f"SELECT {', '.join(MSGBLOK_COLUMNS)}, coalesce({acked}, 0), text, {size} "
+                                    f"FROM {table} t ORDER BY seq"):
+                row = Row(*r)
+                out.append(dataclasses.replace(row, data=Stored(text, size, row.crc)) if text else row)
             return out
 
         def keys(table: Table) -> list[tuple[str, int]]:
@@ -291,7 +300,7 @@ class Checkpoint:
 
     def read_blob(self, stored: Stored, offset: int, n: int) -> bytes:
         """A piece of a text kept in the file (a large message), without reading the rest."""
-        with self.conn.blobopen(stored.table, "data", stored.rowid, readonly=True) as blob:
+        with self.conn.blobopen(Table.TEXTS, "data", stored.rowid, readonly=True) as blob:
             blob.seek(offset)
             return blob.read(n)
 

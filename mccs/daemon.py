@@ -187,7 +187,12 @@ class Daemon:
     def run_pass(self) -> None:
         self._pass_pending = False
         now = time.monotonic()
-        fx = self.kernel.run_pass(now, time.time())
+        try:
+            fx = self.kernel.run_pass(now, time.time())
+        except Exception as e:  # a bug: the core may be half changed, so it is rebuilt from the checkpoint
+            log.exception("%s: a pass failed", self.host)
+            self._recover(f"a pass failed: {e!r}", disk_full=False)
+            return
         try:
             self.cp.apply(fx.changes)
         except CheckpointFull as e:

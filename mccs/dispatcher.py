@@ -9,7 +9,6 @@ Effects; the shell commits the changes before it sends the replies.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, deque
 
 from checkpoint import changes as ch
@@ -80,10 +79,10 @@ class ProcessDispatcher:
                       expires=0.0 if local else wall + (prq.ttl or self.ttl), flags=prq.flags)
         if len(prq.data) > INLINE_MAX:  # a large message: in the checkpoint only, from this pass's commit on
             blk.crc = crc_of(prq.data)
-            blk.data = Stored(str(table), seq, len(prq.data), blk.crc)
+            blk.data = Stored(seq, len(prq.data), blk.crc)
             self.blobs.add(blk.data, prq.data)
-        fx.change(*id_changes, ch.add_block(table, dataclasses.replace(blk.row(), data=prq.data)),
-                  ch.send_done(prq.req, seq, msg_id, prq.to_id))
+            fx.change(*ch.add_text(seq, prq.data))
+        fx.change(*id_changes, ch.add_block(table, blk.row()), ch.send_done(prq.req, seq, msg_id, prq.to_id))
         prq.data = b""
         if prq.durable:
             fx.change(ch.delete_waiting(prq.req))

@@ -39,6 +39,7 @@ class Deframer:
         self._buf = bytearray()
         self._pending: dict | None = None  # an object whose attachment is still coming
         self._att = bytearray()
+        self._got = 0
 
     def feed(self, data: bytes) -> list[dict | FrameError]:
         out: list[dict | FrameError] = []
@@ -74,14 +75,16 @@ class Deframer:
         n = obj["bin"]
         if type(n) is not int or not 0 <= n <= self.bin_limit:
             raise FrameError(f"attachment of {n!r} bytes: not a size up to {self.bin_limit}")
-        self._pending, self._att = obj, bytearray()
+        self._pending, self._att, self._got = obj, bytearray(n), 0  # filled in place: no copy, no growth
 
     def _attach(self, data: bytes, out: list) -> bytes:
         """Take the pending attachment's bytes from `data`; return what follows it."""
-        need = self._pending["bin"] - len(self._att)
-        self._att += data[:need]
-        if len(self._att) == self._pending["bin"]:
-            self._pending["bin"] = bytes(self._att)
+        need = len(self._att) - self._got
+        piece = memoryview(data)[:need]
+        self._att[self._got:self._got + len(piece)] = piece
+        self._got += len(piece)
+        if self._got == len(self._att):
+            self._pending["bin"] = self._att
             out.append(self._pending)
             self._pending, self._att = None, bytearray()
         return data[need:]

@@ -68,7 +68,8 @@ class Kernel:
                                             self.sessions, self.counters, self.blobs)
         self.notices = Notices(self.host, cfg.ttl, self.lists, self.ids, self.seqs, self.counters)
         receiver = MessageReceiver(self.host, cfg.max_message, cfg.hop_limit, self.lists, self.ids, self.dups,
-                                   self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.counters)
+                                   self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.blobs,
+                                   self.counters)
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
@@ -273,6 +274,8 @@ class Kernel:
         expiry = self.lists.send.next_expiry()
         fx.wake_at(None if expiry is None else now + max(0.0, expiry - wall))
         fx.wake_at(self.lines.deadline())
+        if self.blobs.pending:  # a large message stored in this pass waits for the next one to go on
+            fx.wake_at(now)
         return fx
 
     def _trim_send_done(self, fx: Effects) -> None:

@@ -228,6 +228,7 @@ class Lines:
             if end < blk.size:
                 fx.change(ch.set_acked(blk.seq, end))
                 return
+            fx.change(ch.delete_acked(blk.seq))
         self.lists.send.remove(blk)
         if blk.origin == self.host:
             self.ids.release(blk.msg_id)
@@ -299,6 +300,8 @@ class Lines:
         for blk in self.lists.send.queue(dest):
             if (not lcb.routed and blk.pseq) or blk.parked_until > wall:  # numbered ones travel only with a number
                 continue
+            if not self.blobs.ready(blk.data):  # its text is committed with this pass: it, and all after it, wait
+                return
             while blk.state is not BlockState.IN_FLIGHT or (blk.line == lcb.peer and blk.next_off < blk.size):
                 yield blk
 

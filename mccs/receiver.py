@@ -43,11 +43,11 @@ class Arrival:
 class MessageReceiver:
     def __init__(self, host: str, max_message: int, hop_limit: int, lists: Lists, ids: MsgIds, dups: KeyWindow,
                  seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, notices: Notices,
-                 reassembly: segments.Reassembly, counters: collections.Counter):
+                 reassembly: segments.Reassembly, blobs: segments.Blobs, counters: collections.Counter):
         self.host, self.max_message, self.hop_limit = host, max_message, hop_limit
         self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
         self.pairs, self.routes, self.notices, self.counters = pairs, routes, notices, counters
-        self.reassembly = reassembly
+        self.reassembly, self.blobs = reassembly, blobs
 
     def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
         try:
@@ -166,17 +166,16 @@ class MessageReceiver:
     def _block(self, src: Arrival, m: Image, env: Envelope, wall: float, table: Table,
                hops: int | None = None) -> tuple[MSGBLOK, ch.Change]:
         """The MSGBLOK of an arrival for `table`, and the change that stores it there. A large
-        message's text is copied from its partial inside the checkpoint, and read from there."""
+        message's text stays where its segments were written; the row names it."""
         src.counters["received"] += 1
         self.counters["received"] += 1
-        seq = self.seqs.take()
         stored = m.data if isinstance(m.data, Stored) else None
-        blk = MSGBLOK(seq, m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
+        blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
                       env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
                       wall + env.ttl / 10 if env.ttl else 0.0, env.flags & CARRIED, crc=stored.crc if stored else 0)
-        add = ch.add_block(table, blk.row())
         if stored:
-            blk.data = Stored(str(table), seq, stored.size, stored.crc)
+            self.blobs.later(stored)  # its last segment is written with this pass's commit
+        add = ch.add_block(table, blk.row())
         return blk, add
 
     def _duplicate(self, src: Arrival, m: Image, fx: Effects) -> None:

@@ -104,7 +104,7 @@ def _id(value: str, key: str) -> str:
 
 def _data(req: dict) -> bytes:
     if "bin" in req:  # sent as it is after the request (ipc.Deframer)
-        if not isinstance(req["bin"], bytes) or "data" in req:
+        if not isinstance(req["bin"], (bytes, bytearray)) or "data" in req:
             raise RequestError("bad_request", "bin must be the size of the data that follows, and no data field")
         return req["bin"]
     try:

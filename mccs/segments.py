@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from checkpoint import changes as ch
-from checkpoint.changes import INLINE_MAX, Change, Stored, Table  # noqa: F401 (INLINE_MAX: for users of segments)
+from checkpoint.changes import Change, Stored, Table
 
 TRAILER = struct.Struct(">cIII")
 SIZE = TRAILER.size  # 13
@@ -60,7 +60,7 @@ def unwrap(data: bytes) -> Segment:
 
 @dataclass(eq=False)
 class Partial:
-    """A large message being received: its bytes so far are in the checkpoint's partials row `id`."""
+    """A large message being received: its bytes so far are in the checkpoint's partial_data row `id`."""
     id: int
     origin: str
     msg_id: int
@@ -76,7 +76,7 @@ class Partial:
         return (self.to_id, self.total, self.crc)
 
     def stored(self) -> Stored:
-        return Stored(str(Table.PARTIALS), self.id, self.total, self.crc)
+        return Stored(self.id, self.total, self.crc)
 
 
 class Refused(ValueError):
@@ -115,7 +115,7 @@ class Reassembly:
                 raise Refused(f"piece at {seg.offset} of a transfer whose start is not held here")
             p = Partial(new_id(), key[0], key[1], to_id, seg.total, seg.crc, ts=wall)
             self.partials[key] = p
-            changes.append(ch.add_partial(p.id, p.origin, p.msg_id, to_id, p.total, p.crc, wall))
+            changes += ch.add_partial(p.id, p.origin, p.msg_id, to_id, p.total, p.crc, wall)
         if seg.offset > p.got:
             raise Refused(f"piece at {seg.offset}, but only {p.got} bytes are held: a gap")
         p.ts = wall
@@ -123,7 +123,7 @@ class Reassembly:
             return None  # held already: acknowledged again, not stored twice
         fresh = seg.chunk[p.got - seg.offset:]
         p.run = zlib.crc32(fresh, p.run)
-        changes.append(ch.write_blob(Table.PARTIALS, p.id, p.got, fresh))
+        changes.append(ch.write_blob(Table.TEXTS, p.id, p.got, fresh))
         p.got = end
         changes.append(ch.set_partial_got(p.id, p.got, p.run))
         if p.got < p.total:
@@ -139,7 +139,7 @@ class Reassembly:
         self.partials.pop(key, None)
         self.done[key] = p.ident
         self.done.move_to_end(key)
-        out = [ch.delete_partial(p.id), ch.add_seg_done(p.origin, p.msg_id, *p.ident, p.id)]
+        out = [*ch.delete_partial(p.id, keep_text=True), ch.add_seg_done(p.origin, p.msg_id, *p.ident, p.id)]
         while len(self.done) > DONE_KEEP:
             (origin, msg_id), _ = self.done.popitem(last=False)
             out.append(ch.delete_seg_done(origin, msg_id))
@@ -147,7 +147,7 @@ class Reassembly:
 
     def drop(self, p: Partial) -> list[Change]:
         self.partials.pop((p.origin, p.msg_id), None)
-        return [ch.delete_partial(p.id)]
+        return ch.delete_partial(p.id)
 
     def stale(self, before: float) -> list[Partial]:
         """Partials that heard nothing since `before` (their sender gave up, or the message expired)."""
@@ -160,23 +160,37 @@ class Reassembly:
 
 class Blobs:
     """Reads pieces of Stored texts for the Message-Sender: from the checkpoint (`read`, the
-    shell's), or for a text stored in this very pass (not committed yet) from memory."""
+    shell's), or for a text a process sent in this very pass (not committed yet) from memory. A
+    text completed in this pass (its last segment is written with this pass's commit) can be
+    read only from the next pass on: `ready()` says so, and `pending` asks for that pass."""
 
     def __init__(self, read: Callable[[Stored, int, int], bytes] | None):
         self._read = read
-        self._fresh: dict[tuple[str, int], bytes] = {}
+        self._fresh: dict[int, bytes] = {}
+        self._later: set[int] = set()
 
     def add(self, where: Stored, data: bytes) -> None:
-        self._fresh[(where.table, where.rowid)] = data
+        self._fresh[where.rowid] = data
+
+    def later(self, where: Stored) -> None:
+        self._later.add(where.rowid)
+
+    def ready(self, data: bytes | Stored) -> bool:
+        return not isinstance(data, Stored) or data.rowid not in self._later
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._later)
 
     def committed(self) -> None:
         """The last pass is in the checkpoint: its texts are read from there now."""
         self._fresh.clear()
+        self._later.clear()
 
     def piece(self, data: bytes | Stored, offset: int, n: int) -> bytes:
         if not isinstance(data, Stored):
             return data[offset:offset + n]
-        fresh = self._fresh.get((data.table, data.rowid))
+        fresh = self._fresh.get(data.rowid)
         if fresh is not None:
             return fresh[offset:offset + n]
         if self._read is None:

@@ -82,6 +82,25 @@ def test_noise_costs_only_the_damaged_segments(tmp_path):
     assert _wire(net) <= 1.3 * len(data)
 
 
+def test_a_large_message_crosses_two_hops_through_a_crash_of_the_transit_host_with_its_receipt(tmp_path):
+    hosts = {"AA": [line("BB")], "BB": [line("AA"), line("CC")], "CC": [line("BB")]}
+    net = SimNet(tmp_path, hosts, max_message=BIG)
+    data = random.Random(5).randbytes(600_000)
+    p = net.client("AA", "P")
+    assert net.run(lambda: net["AA"].kernel.routes.next_hop("CC") == "BB", duration=60)
+    msg_id = p.send("CCR", data, receipt=True)["msg_id"]
+    small = [p.send("CCR", b"after %d" % i)["msg_id"] for i in range(3)]  # they wait for it: order
+    half = lambda: any(q.got >= len(data) // 2 for q in net["BB"].kernel.reassembly.partials.values())  # noqa
+    assert net.run(half, duration=600)
+    net["BB"].crash()
+    assert net.run(lambda: len(net["CC"].kernel.lists.recv) >= 4, duration=900)
+    r = net.client("CC", "R")
+    got = [r.recv(wait=False)["msg"] for _ in range(4)]
+    assert [m["msg_id"] for m in got] == [msg_id, *small] and base64.b64decode(got[0]["data"]) == data
+    assert net.run(lambda: net["AA"].kernel.lists.recv.match("AAP   ", "CCMCCS", msg_id), duration=120)
+    assert p.recv(wait=False, **{"from": "CCMCCS"})["msg"]["user_id"] == msg_id  # the delivered notice
+
+
 def test_a_peer_with_a_smaller_maximum_gets_small_messages_and_the_large_one_waits(tmp_path):
     net = _pair(tmp_path, b_max=128)
     p = net.client("AA", "P")
