@@ -3,6 +3,7 @@
 line carried (vserial's counters)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -25,6 +26,20 @@ def _mccs(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mccs.cli", *args], capture_output=True, timeout=timeout)
 
 
+@contextlib.contextmanager
+def _pair(tmp_path, max_message: int):
+    """Daemons AA and BB on one async vserial line; yields them and the line."""
+    keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
+        a, b = (DaemonProcess(write_config(tmp_path, h, [{"peer": p, "port": vl.port(h, p), **keys}],
+                                           max_message=max_message)) for h, p in (("AA", "BB"), ("BB", "AA")))
+        try:
+            a.start(), b.start()
+            yield a, b, vl.lines["AA-BB"]
+        finally:
+            a.stop(), b.stop()
+
+
 def _status(d: DaemonProcess) -> dict:
     with mccs.connect(d.config, None) as admin:
         return admin.status()
@@ -32,68 +47,50 @@ def _status(d: DaemonProcess) -> dict:
 
 @pytest.mark.timeout(420)
 def test_a_4_mib_file_survives_a_kill9_of_the_receiver_half_way_and_the_line_carries_it_about_once(tmp_path):
-    keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
     data = random.Random(4).randbytes(SIZE)
     src = tmp_path / "in.bin"
     src.write_bytes(data)
-    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
-        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}],
-                                       max_message=16 << 20))
-        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}],
-                                       max_message=16 << 20))
-        try:
-            a.start(), b.start()
-            sent = _mccs("send", "-c", str(a.config), "--as", "P", "BBR", "--file", str(src))
-            assert sent.returncode == 0, sent.stderr
-            msg_id = int(sent.stdout)
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:  # half of it is in BB's checkpoint: kill -9
-                partial = _status(b)["receiving"]
-                if partial and partial[0]["bytes"] >= SIZE // 2:
-                    break
-                time.sleep(0.2)
-            else:
-                raise AssertionError(f"the transfer did not get half way: {_status(a)['lines']}")
-            b.kill()
-            b.start()
-            out = tmp_path / "out.bin"
-            got = _mccs("recv", "-c", str(b.config), "--as", "R", "--timeout", "240", "--out", str(out), "--json",
-                        timeout=300)
-            assert got.returncode == 0, got.stderr
-            about = json.loads(got.stdout)
-            assert about["msg_id"] == msg_id and about["bytes"] == SIZE and about["from_id"] == "AAP   "
-            assert out.read_bytes() == data
-            again = _mccs("recv", "-c", str(b.config), "--as", "R", "--nowait")
-            assert again.returncode == 1  # delivered once
-            wire = vl.lines["AA-BB"].counters
-            towards_b = wire["a>b"]["bytes_in"]  # end a is AA's port
-            assert towards_b <= 1.3 * SIZE, f"{towards_b} bytes on the wire for {SIZE}: {wire}"
-            assert _status(a)["lists"]["send"] == 0
-            assert not os.path.exists(f"{out}.part")
-        finally:
-            a.stop(), b.stop()
+    with _pair(tmp_path, 16 << 20) as (a, b, line):
+        sent = _mccs("send", "-c", str(a.config), "--as", "P", "BBR", "--file", str(src))
+        assert sent.returncode == 0, sent.stderr
+        msg_id = int(sent.stdout)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # half of it is in BB's checkpoint: kill -9
+            partial = _status(b)["receiving"]
+            if partial and partial[0]["bytes"] >= SIZE // 2:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the transfer did not get half way: {_status(a)['lines']}")
+        b.kill()
+        b.start()
+        out = tmp_path / "out.bin"
+        got = _mccs("recv", "-c", str(b.config), "--as", "R", "--timeout", "240", "--out", str(out), "--json",
+                    timeout=300)
+        assert got.returncode == 0, got.stderr
+        about = json.loads(got.stdout)
+        assert about["msg_id"] == msg_id and about["bytes"] == SIZE and about["from_id"] == "AAP   "
+        assert out.read_bytes() == data
+        again = _mccs("recv", "-c", str(b.config), "--as", "R", "--nowait")
+        assert again.returncode == 1  # delivered once
+        wire = line.counters
+        towards_b = wire["a>b"]["bytes_in"]  # end a is AA's port
+        assert towards_b <= 1.3 * SIZE, f"{towards_b} bytes on the wire for {SIZE}: {wire}"
+        assert _status(a)["lists"]["send"] == 0
+        assert not os.path.exists(f"{out}.part")
 
 
 @pytest.mark.timeout(180)
 def test_send_wait_delivered_follows_the_message_to_its_receipt(tmp_path):
-    keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
-    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:
-        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}],
-                                       max_message=1 << 20))
-        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}],
-                                       max_message=1 << 20))
-        try:
-            a.start(), b.start()
-            src = tmp_path / "in.bin"
-            src.write_bytes(os.urandom(300_000))
-            sender = subprocess.Popen([sys.executable, "-m", "mccs.cli", "send", "-c", str(a.config), "--as", "P",
-                                       "BBR", "--file", str(src), "--wait-delivered"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            got = _mccs("recv", "-c", str(b.config), "--as", "R", "--timeout", "120", "--out",
-                        str(tmp_path / "out.bin"))
-            assert got.returncode == 0, got.stderr
-            out, err = sender.communicate(timeout=60)
-            assert sender.returncode == 0, err
-            assert b"delivered" in err and (tmp_path / "out.bin").read_bytes() == src.read_bytes()
-        finally:
-            a.stop(), b.stop()
+    with _pair(tmp_path, 1 << 20) as (a, b, _):
+        src = tmp_path / "in.bin"
+        src.write_bytes(os.urandom(300_000))
+        sender = subprocess.Popen([sys.executable, "-m", "mccs.cli", "send", "-c", str(a.config), "--as", "P",
+                                   "BBR", "--file", str(src), "--wait-delivered"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        got = _mccs("recv", "-c", str(b.config), "--as", "R", "--timeout", "120", "--out",
+                    str(tmp_path / "out.bin"))
+        assert got.returncode == 0, got.stderr
+        out, err = sender.communicate(timeout=60)
+        assert sender.returncode == 0, err
+        assert b"delivered" in err and (tmp_path / "out.bin").read_bytes() == src.read_bytes()

@@ -11,6 +11,7 @@ KINDS = {
     "analyze": "Spark analytics events per second from JSON Lines and Parquet",
     "route": "multi-hop goodput, latency per hop and reroute time through daemons over 9600-baud lines",
     "bulk": "one bulk transfer: MCCS async and BSC against ZMODEM and UUCP 'i' over the same paced line",
+    "memory": "the daemons' memory while one large message (16 MiB) is carried over a line",
 }
 
 
