@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from .crc import crc16, le16
 
 PAD = 0xFF
+#: The longest feature announcement text the reader accepts.
+MAX_ANNOUNCEMENT = 96
 #: The longest station ID the reader accepts before an ENQ / ACK0 / NAK (IBM allows 2-15).
 MAX_ID = 15
 #: On a line with a secret: the longest ID (an ID ACK0 with a nonce and its check).
@@ -39,6 +41,7 @@ class CodeSet:
     ack1: int
     wack: int
     rvi: int
+    soh: int          # starts a feature announcement (bsc_agree), which a version-1 reader drops
     #: kind -> the characters between `SYN SYN` and the pad, for every fixed sequence.
     bodies: dict = field(init=False, repr=False, compare=False)
 
@@ -58,6 +61,14 @@ class CodeSet:
         if trailer:
             body += trailer + le16(crc16(body + trailer))
         return bytes([self.syn, self.syn]) + ident + body + bytes([PAD])
+
+    def announcement(self, data: bytes) -> bytes:
+        """`SYN SYN SOH text ETX BCC FF`: a feature announcement (bsc_agree), its text in the line's
+        code. The BCC is a block's, over the text and ETX. A version-1 reader meets SOH where no
+        sequence starts with it, counts a bad sequence and hunts for the next `SYN SYN`; the text
+        has none."""
+        head, end = bytes([self.syn, self.syn, self.soh]), bytes([self.etx])
+        return head + data + end + le16(crc16(end, crc16(data))) + bytes([PAD])
 
     def encode_id(self, host: str, auth: bool = False, nonce: bytes = b"") -> bytes:
         """A station's ID: `MCCS` and its host id, in the line's code. A station that
@@ -114,7 +125,7 @@ class CodeSet:
 
 
 EBCDIC = CodeSet("ebcdic", "cp037", 0x3F, syn=0x32, stx=0x02, etb=0x26, etx=0x03, eot=0x37,
-                 enq=0x2D, nak=0x3D, dle=0x10, ack0=0x70, ack1=0x61, wack=0x6B, rvi=0x7C)
+                 enq=0x2D, nak=0x3D, dle=0x10, ack0=0x70, ack1=0x61, wack=0x6B, rvi=0x7C, soh=0x01)
 ASCII = CodeSet("ascii", "ascii", 0x1F, syn=0x16, stx=0x02, etb=0x17, etx=0x03, eot=0x04,
-                enq=0x05, nak=0x15, dle=0x10, ack0=0x30, ack1=0x31, wack=0x3B, rvi=0x3C)
+                enq=0x05, nak=0x15, dle=0x10, ack0=0x30, ack1=0x31, wack=0x3B, rvi=0x3C, soh=0x01)
 CODE_SETS = {"ebcdic": EBCDIC, "ascii": ASCII}

@@ -9,14 +9,16 @@ disconnect timeout, so an ENQ that asks it to repeat its reply is never taken fo
 
 The machine is put together from parts, one module each: bsc_states (the states, phases and
 what each answer does in each phase, as tables), bsc_signon (identification and, with a secret,
-authentication: docs/PROTOCOL.md), bsc_sender (bidding, transmitting), bsc_receiver (receive
+authentication: docs/PROTOCOL.md), bsc_agree (features and resume at sign-on), bsc_sender (bidding, transmitting), bsc_receiver (receive
 state); bsc_codes and bsc_reader are the wire. Here: the interface, output and dispatch.
 """
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from .auth import TRAILER_SIZE, FrameAuth, Handshake
+from .bsc_agree import BscAgreement
 from .bsc_codes import AUTH_MAX_ID, CODE_SETS, MAX_ID
 from .bsc_reader import BscReader, Seq
 from .bsc_receiver import BscReceiver
@@ -32,23 +34,29 @@ QUEUE_LIMIT = 32
 #: How the trace names a received sequence (a text block is named by its ending).
 TRACE_KIND = {"ID_ENQ": "ID", "ID_ACK0": "ID", "ID_NAK": "ID", "ABORT": "ETX"}
 ID_KINDS = ("ID_ENQ", "ID_ACK0", "ID_NAK")
+#: Sequences that carry no authentication trailer (bsc_agree's commit block binds the announcement).
+UNSEALED = (*ID_KINDS, "FEAT")
+#: A segment image (segment_size()) is at most this many full blocks.
+SEGMENT_BLOCKS = 32
 
 #: Beyond the common ones: bids, collisions (ENQ met ENQ), enqs (asking for a reply again),
 #: wacks / rvis / ttds (sent), bad_sequences, oversized (blocks), bad_messages (wrong LENGTH),
-#: bad_ids (a wrong ID met once, taken for noise), auth_failures (a trailer that did not pass).
+#: bad_ids (a wrong ID met once, taken for noise), auth_failures (a trailer that did not pass),
+#: resumed_blocks (blocks not sent again, since the peer held them from before a line drop).
 COUNTERS = ("frames_tx", "frames_rx", "bytes_tx", "bytes_rx", "retransmissions", "naks", "timeouts",
             "crc_errors", "garbage", "duplicates", "signons", "bids", "collisions", "enqs",
             "wacks", "rvis", "ttds", "bad_sequences", "oversized", "bad_messages", "bad_ids",
-            "auth_failures")
+            "auth_failures", "resumed_blocks")
 
 
-class BscLine(BscSignOn, BscSender, BscReceiver):
+class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
     """One end of a BSC line. Time is always passed in; nothing here blocks or reads a clock."""
 
     def __init__(self, local: str, peer: str, *, role: str = "primary", code: str = "ebcdic",
                  block_size: int = 256, baud: int = 9600, max_message: int = 128,
                  reply_timeout: float = 3.0, retry_limit: int = 7, disconnect_timeout: float = 20.0,
-                 ttd_timeout: float = 2.0, secret: bytes | None = None):
+                 ttd_timeout: float = 2.0, secret: bytes | None = None, features: Iterable[str] = (),
+                 large: int = 0):
         if role not in ("primary", "secondary"):
             raise ValueError(f"BSC role must be 'primary' or 'secondary', not {role!r}")
         if code not in CODE_SETS:
@@ -69,6 +77,17 @@ class BscLine(BscSignOn, BscSender, BscReceiver):
         self.disconnect_timeout, self.ttd_timeout = disconnect_timeout, ttd_timeout
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.secret = secret
+        # Offered at sign-on (bsc_agree); a station offering nothing signs on as version 1.
+        self.features, self.large = frozenset(features), large
+        self.offers = bool(self.features) or large > 0
+        self._feat_heard: bytes | None = None  # the announcement just received, for the ID after it
+        self._agreeing: bytes | None = None   # the peer's announcement, until the commit block settles it
+        self._said = b""                      # our announcement of this sign-on
+        self._agreed = False                  # this sign-on agreed (LineUp had the features)
+        self._limit = self.max_image          # the longest image: ours, or the peer's if smaller
+        self._held: tuple[bytes, int] | None = None     # receiver: blocks of an image from before a drop
+        self._resume: tuple[bytes, int] | None = None   # sender: an image and where to go on with it
+        self._hello: tuple[bytes, str] = (b"", "")      # the sign-on block in phase AUTH, and its trace kind
         self._seq = {k: cs.sequence(k) for k in cs.bodies}
         my_id = cs.encode_id(self.local)
         self._seq["ID_ENQ"] = cs.sequence("ENQ", cs.encode_id(self.local, secret is not None))
@@ -112,8 +131,8 @@ class BscLine(BscSignOn, BscSender, BscReceiver):
 
     def send(self, image: bytes) -> None:
         """Queue one image; it goes in the next transmission (see next_deadline())."""
-        if len(image) > self.max_image:
-            raise ValueError(f"image of {len(image)} bytes is over this line's {self.max_image}")
+        if len(image) > self._limit:
+            raise ValueError(f"image of {len(image)} bytes is over this line's {self._limit}")
         self._queue.append(bytes(image))
 
     def receive_data(self, data: bytes, now: float) -> None:
@@ -155,8 +174,8 @@ class BscLine(BscSignOn, BscSender, BscReceiver):
         self._check_gap(now)
         if self._state is State.RECV and now >= self._last_rx + self.disconnect_timeout:
             self._timeout("disconnect: no byte in receive state")
-            if self._hs is not None:
-                self._down("no answer")  # signing on: the peer never sent its proof
+            if self._hs is not None or self._agreeing is not None:
+                self._down("no answer")  # signing on: the peer never sent its proof or commit
             else:
                 self._end_receive()
         if self._deadline is not None and now >= self._deadline:
@@ -177,8 +196,17 @@ class BscLine(BscSignOn, BscSender, BscReceiver):
         self._busy = bool(flag)
 
     def room(self) -> int:
-        up = self._state in UP_STATES and self._hs is None
+        up = self._state in UP_STATES and self._hs is None and self._agreeing is None
         return max(0, QUEUE_LIMIT - len(self._queue)) if up else 0
+
+    def segment_size(self) -> int:
+        """MESSAGE bytes the owner should put in one segment image: an image of SEGMENT_BLOCKS full
+        blocks (fewer if the agreed image limit is smaller). The ETB blocks are answered as their
+        BCC checks, only the ETX block waits for confirm(), so long segments run at the
+        stop-and-wait rate of single blocks and the per-segment cost (header, envelope, trailer,
+        the commit before the last answer) is spread over many."""
+        size = min(SEGMENT_BLOCKS, self._limit // self.block_size) * self.block_size
+        return (size if size > HEADER_SIZE else self._limit) - HEADER_SIZE
 
     # --- output and events ----------------------------------------------------------------
     def _tx(self, kind: str, frame: bytes | None = None, *, trace: str | None = None,
@@ -231,17 +259,25 @@ class BscLine(BscSignOn, BscSender, BscReceiver):
         self._deadline = now + self._tx_time(sent + 8) + self.reply_timeout
 
     # --- line state -----------------------------------------------------------------------
-    def _up(self) -> None:
+    def _up(self, agreed: bool = False) -> None:
+        """Signed on; `agreed`: with the features both announced (bsc_agree), else as version 1."""
         self._reset_sender()
         self._last_block = None
         self.counters["signons"] += 1
-        self._events.append(LineUp(self.peer))
+        if agreed:
+            self._events.append(self._agreement())
+        else:
+            self._agreeing, self._agreed, self._limit = None, False, self.max_image
+            self._held = self._resume = None
+            self._events.append(LineUp(self.peer))
 
     def _down(self, reason: str) -> None:
+        self._keep_partial()
         self._events.append(LineDown(reason, list(self._queue)))
         self._queue.clear()
         self._state = State.DOWN
-        self._hs = self._auth = None
+        self._hs = self._auth = self._agreeing = None
+        self._agreed = False
         self._reset_sender()
         self._reset_receiver()
 
@@ -260,7 +296,8 @@ class BscLine(BscSignOn, BscSender, BscReceiver):
 
     # --- received sequences ---------------------------------------------------------------
     def _on_seq(self, s: Seq, now: float) -> None:
-        if self.secret is not None and s.ok and s.kind not in ID_KINDS and not self._authentic(s):
+        heard, self._feat_heard = self._feat_heard, None  # an announcement counts only for the ID right after it
+        if self.secret is not None and s.ok and s.kind not in UNSEALED and not self._authentic(s):
             self.counters["auth_failures"] += 1  # forged, replayed, or from before this session
             self._trace_rx(s._replace(ok=False))
             return
@@ -268,14 +305,16 @@ class BscLine(BscSignOn, BscSender, BscReceiver):
         kind, st = s.kind, self._state
         if not s.ok and kind in self.cs.bodies:
             return  # a control sequence whose trailer check failed: as if not heard
-        if kind == "DISC":
+        if kind == "FEAT":
+            self._feat_heard = s.data if s.ok else None
+        elif kind == "DISC":
             if st is State.XMIT and self._phase is Phase.AUTH:
                 self._down("refused: authentication failed")
             elif st not in (State.DOWN, State.SIGNON):
                 refused = st is State.RECV and self._last_reply == "ID_ACK0"
                 self._down("refused" if refused else "peer signed off")
         elif kind.startswith("ID_"):
-            self._on_id(s, now)
+            self._on_id(s, now, heard)
         elif st is State.XMIT and kind == "ENQ":
             # The peer bids: it has left receive state (it took a garbled ENQ for EOT), so
             # nothing it answers now is about our block. Give up this transmission unacknowledged

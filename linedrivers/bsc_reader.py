@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .bsc_codes import MAX_ID, PAD, CodeSet
+from .bsc_codes import MAX_ANNOUNCEMENT, MAX_ID, PAD, CodeSet
 from .crc import crc16
 
 
 class Seq(NamedTuple):
     """One received sequence. kind: ENQ EOT NAK ACK0 ACK1 WACK RVI TTD DISC ID_ENQ ID_ACK0
-    ID_NAK ETB ETX, or ABORT for a text block that broke off before its ending."""
+    ID_NAK FEAT ETB ETX, or ABORT for a text block that broke off before its ending."""
     kind: str
     nbytes: int          # bytes on the wire from the first SYN to the last character (the
                          # pad, optional after some sequences, is skipped while hunting)
@@ -142,6 +142,8 @@ class BscReader:
             elif c2 == cs.enq:
                 return self._bare(out, "TTD", i, j, j + 2)
             return self._bad(i, j + 1)
+        if c == cs.soh:
+            return self._announcement(i, j, out)
         if c <= cs.ctl_max:
             return self._bad(i, j + 1)
         k = j  # an ID: graphic characters up to ENQ, NAK or DLE ACK0
@@ -160,6 +162,22 @@ class BscReader:
             if buf[k + 1] == cs.ack0:
                 return self._emit(out, "ID_ACK0", i, k + 2, data=bytes(buf[j:k]))
         return self._bad(i, j + 1)
+
+    def _announcement(self, i: int, j: int, out: list) -> tuple[int, bool]:
+        """`SOH text ETX BCC` (CodeSet.announcement); a bad BCC gives FEAT not ok."""
+        cs, buf, n = self.cs, self._buf, len(self._buf)
+        k = j + 1
+        while k < n and k - j <= MAX_ANNOUNCEMENT and buf[k] > cs.ctl_max:
+            k += 1
+        if k - j > MAX_ANNOUNCEMENT or (k < n and buf[k] != cs.etx):
+            return self._bad(i, j + 1)
+        if k + 3 > n:
+            return i, False
+        text = bytes(buf[j + 1:k])
+        ok = crc16(bytes([cs.etx]), crc16(text)) == buf[k + 1] | buf[k + 2] << 8
+        if not ok:
+            self.counters["crc_errors"] += 1
+        return self._emit(out, "FEAT", i, k + 3, ok, text)
 
     # --- transparent text -----------------------------------------------------------------
     def _abort_block(self, resume_garbage: int, out: list) -> None:

@@ -25,6 +25,7 @@ class BscReceiver:
         self._reply_waits = False      # the last block's answer waits for confirm()
         self._wack_ack: str | None = None  # after WACK: the ACK to give when no longer busy
         self._rx_blocks = 0
+        self._rx_parts = 0             # ETB blocks in _assembly
         self._rvi_sent = False
         self._block_reply: str | None = None  # the answer _last_block earned in this transmission
 
@@ -57,6 +58,8 @@ class BscReceiver:
                 return  # the sender must wait for our answer; it comes with confirm()
             if s.ok and self._hs is not None:
                 self._proof_in(s)
+            elif s.ok and self._agreeing is not None:
+                self._pending_block(s)
             elif s.ok:
                 self._on_block(s)
             else:
@@ -64,6 +67,8 @@ class BscReceiver:
         elif kind == "TTD":
             self._tx("NAK")
         elif kind == "EOT":
+            if self._agreeing is not None and self._hs is None:
+                self._up()  # the bidder heard no announcement
             self._end_receive()
 
     def _repeat_reply(self) -> None:
@@ -99,17 +104,22 @@ class BscReceiver:
                 return
         self._wack_ack = None
         self._rx_blocks += 1
+        if not self._assembly:
+            self._resume_held(s)
         if len(self._assembly) + len(text) > self.max_image:
             self.counters["bad_messages"] += 1
             self._assembly.clear()
+            self._rx_parts = 0
             self._reply("NAK")
         elif s.kind == "ETB":
             self._assembly += text
+            self._rx_parts += 1
             self._last_block = s
             self._answer_block(final=False)
         else:
             image = bytes(self._assembly) + text if self._assembly else text
             self._assembly.clear()
+            self._rx_parts = 0
             if len(image) < HEADER_SIZE or int.from_bytes(image[16:18], "big") != len(image) - HEADER_SIZE:
                 self.counters["bad_messages"] += 1  # blocks lost or doubled: have it sent again
                 self._reply("NAK")

@@ -86,7 +86,8 @@ class BscSender:
                 else:
                     self._finish(now)
                 return
-            self._frames, self._block = self.cs.texts(self._queue[0], self.block_size), 0
+            self._frames = self.cs.texts(self._queue[0], self.block_size)
+            self._block = self._first_block(self._frames)
         self._send_block(now)
 
     def _send_block(self, now: float) -> None:

@@ -25,6 +25,7 @@ class BscSignOn:
     way with a secret self._hs."""
 
     def _send_id_enq(self, now: float) -> None:
+        self._announce()
         self._expect_reply(now, self._tx("ID_ENQ"))
 
     def _signon_overdue(self, now: float) -> None:
@@ -52,7 +53,8 @@ class BscSignOn:
             self._tx("DISC")
             self._down(down)
 
-    def _on_id(self, s: Seq, now: float) -> None:
+    def _on_id(self, s: Seq, now: float, heard: bytes | None) -> None:
+        """`heard`: the announcement that came right before the ID (bsc_agree)."""
         st = self._state
         if s.kind == "ID_NAK":  # the peer does not know us, whatever ID it gives
             if st is State.SIGNON:
@@ -71,24 +73,28 @@ class BscSignOn:
             return
         self._suspect = None
         if s.kind == "ID_ACK0":
+            if st is State.SIGNON:
+                self._agreeing = heard if self.offers else None
             if st is State.SIGNON and self.secret is not None:
                 self._prove(nonce, now)
             elif st is State.SIGNON:
-                self._up()
-                self._begin_transmission(now)
+                self._go(now, 1)
             elif st is State.BID and self.secret is None:
                 self._begin_transmission(now)  # the ID ACK0 repeated for our bid
         elif st is State.SIGNON and self.primary:
             self.counters["collisions"] += 1  # both signing on: ours wins
         elif st is State.RECV and self._last_reply == "ID_ACK0":
-            self._tx("ID_ACK0")  # our ID ACK0 was lost: repeat it
+            if self._agreeing is not None:  # our ID ACK0 was lost: repeat it, with our announcement
+                self._answer_announcement(heard or self._agreeing)
+            self._tx("ID_ACK0")
         else:
             if st in UP_STATES:
                 self._down("peer restarted")
+            self._answer_announcement(heard)
             if self.secret is not None:
                 self._challenge()
             else:
-                self._up()
+                self._answering_up()
                 self._enter_receive("ID_ACK0")
 
     # --- authentication (with a secret) ---------------------------------------------------
@@ -125,13 +131,20 @@ class BscSignOn:
             return
         self._hs = Handshake(self.secret, self.local, self.peer, new_nonce(), nonce)
         self._auth = self._hs.frames(self.local)
-        self._state, self._phase, self._retries, self._parity = State.XMIT, Phase.AUTH, 0, 1
-        self._send_proof(now)
+        self._send_hello(now, PROOF_MAGIC + self._hs.initiator_nonce + self._hs.proof(INITIATOR), 1, "AUTH")
 
-    def _send_proof(self, now: float) -> None:
-        text = PROOF_MAGIC + self._hs.initiator_nonce + self._hs.proof(INITIATOR)
-        frame = self.cs.block(text + self._seal(bytes([self.cs.etx]) + text), True)
-        self._expect_reply(now, self._tx("", frame, trace="AUTH"))
+    def _send_hello(self, now: float, text: bytes, parity: int, trace: str) -> None:
+        """A sign-on block (the proof, or bsc_agree's commit) in phase AUTH of XMIT: sent again
+        on NAK or no answer, up to the retry limit."""
+        self._state, self._phase, self._retries, self._parity = State.XMIT, Phase.AUTH, 0, parity
+        self._hello = (text, trace)
+        self._hello_out(now)
+
+    def _hello_out(self, now: float) -> None:
+        text, trace = self._hello
+        if self.secret is not None:
+            text += self._seal(bytes([self.cs.etx]) + text)
+        self._expect_reply(now, self._tx("", self.cs.block(text, True), trace=trace))
 
     def _proof_in(self, s: Seq) -> None:
         """The proof block, in RECV while signing on: a good one takes us UP, answered ACK1
@@ -146,21 +159,24 @@ class BscSignOn:
             self._down("authentication failed")
             return
         self._hs, self._auth = None, auth
-        self._up()
+        self._answering_up()
         self._last_block = s
         self._answer_block(final=False)
 
     def _proven(self, kind: str, now: float) -> None:
-        """Phase AUTH: the ACK1 to our proof block (its MAC passed): UP, and on transmitting."""
-        self._hs = None
-        self._up()
-        self._begin_transmission(now, parity=0)
+        """Phase AUTH: the ACK1 to our proof block (its MAC passed): the commit block or UP, and on
+        transmitting; or the answer to the commit block."""
+        if self._hs is None:
+            self._committed(now)
+        else:
+            self._hs = None
+            self._go(now, 0)
 
     def _proof_naked(self, kind: str, now: float) -> None:
-        if self._retry("proof block answered NAK"):
-            self._send_proof(now)
+        if self._retry(f"{self._hello[1]} block answered NAK"):
+            self._hello_out(now)
 
     def _proof_unanswered(self, now: float) -> None:
-        self._timeout("no answer to the proof block")
-        if self._retry("proof block again"):
-            self._send_proof(now)
+        self._timeout(f"no answer to the {self._hello[1]} block")
+        if self._retry(f"{self._hello[1]} block again"):
+            self._hello_out(now)

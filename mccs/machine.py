@@ -35,9 +35,8 @@ def make_machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
     """The protocol's machine with every timer and limit from the config. An async line offers
     ROUTE and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
     sign-on; its frames carry at most `frame_max` bytes of text, with room for the routing
-    envelope and the segment trailer, which ride inside the image's MESSAGE. BSC's ID exchange
-    has no room for either that a version-1 station would accept, so BSC lines carry direct
-    traffic only, whole messages of at most 64 KiB."""
+    envelope and the segment trailer, which ride inside the image's MESSAGE. A BSC line offers
+    the same."""
     common = dict(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
     if lc.secret is not None:
         common["secret"] = lc.secret
@@ -46,7 +45,13 @@ def make_machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
         frame = min(max_message, lc.frame_max) + envelope.SIZE + segments.SIZE
         return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
                          features=(ROUTE,), max_message=frame, large=max_message, **common)
+    # BSC offers ROUTE and LARGE= in an announcement a version-1 station drops (docs/PROTOCOL.md,
+    # "BSC: features and large messages"); whole images stay up to 64 KiB, so a version-1 peer still
+    # gets whole messages of that size, and segments are the machine's segment_size().
     from linedrivers import BscLine
+    from linedrivers.image import HEADER_SIZE
+    room = envelope.SIZE + segments.SIZE
     return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
-                   max_message=min(max_message + envelope.SIZE, 65535),
-                   disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout, **common)
+                   max_message=min(max_message, 65535 - HEADER_SIZE - room) + room, features=(ROUTE,),
+                   large=max_message, disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout,
+                   **common)
