@@ -283,7 +283,9 @@ class Lines:
             return
         dests = [d for d in self.lists.send.waiting() if self.routes.next_hop(d) == lcb.peer
                  and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
-        queues = [self._pieces(lcb, d, wall) for d in dests]
+        # a message this line carries in segments is finished here, even if its route moved meanwhile
+        moved = {b.dest for b, end in lcb.active if end is not None and b.next_off < b.size} - set(dests)
+        queues = [self._pieces(lcb, d, wall) for d in dests] + [self._rest(lcb, d) for d in moved]
         while room > 0 and queues:
             for queue in list(queues):
                 blk = next(queue, None)
@@ -302,7 +304,15 @@ class Lines:
                 continue
             if not self.blobs.ready(blk.data):  # its text is committed with this pass: it, and all after it, wait
                 return
+            if blk.line not in (None, lcb.peer):  # going in segments on the line of an earlier route: it first
+                return
             while blk.state is not BlockState.IN_FLIGHT or (blk.line == lcb.peer and blk.next_off < blk.size):
+                yield blk
+
+    def _rest(self, lcb: LineControlBlock, dest: str) -> Iterator[MSGBLOK]:
+        """The pieces still to hand of the message for `dest` this line carries in segments."""
+        for blk in self.lists.send.queue(dest):
+            while blk.line == lcb.peer and blk.next_off < blk.size:
                 yield blk
 
     def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects, wall: float) -> bool:

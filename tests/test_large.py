@@ -101,6 +101,31 @@ def test_a_large_message_crosses_two_hops_through_a_crash_of_the_transit_host_wi
     assert p.recv(wait=False, **{"from": "CCMCCS"})["msg"]["user_id"] == msg_id  # the delivered notice
 
 
+def test_a_message_in_segments_is_finished_on_its_line_when_the_route_moves_and_order_holds(tmp_path):
+    from mccs.routing import INFINITY
+    hosts = {"AA": [line("BB"), line("CC")], "BB": [line("AA"), line("DD")], "CC": [line("AA"), line("DD")],
+             "DD": [line("BB"), line("CC")]}
+    net = SimNet(tmp_path, hosts, max_message=BIG)
+    assert net.run(lambda: all(h.kernel.routes.next_hop("DD") for h in net.hosts.values() if h.id != "DD"),
+                   duration=60)
+    first = net["AA"].kernel.routes.next_hop("DD")
+    other = "CC" if first == "BB" else "BB"
+    data = random.Random(6).randbytes(300_000)
+    p = net.client("AA", "P")
+    big = p.send("DDR", data)["msg_id"]
+    assert net.run(lambda: net["AA"].kernel.lines[first].transfer is not None
+                   and net["AA"].kernel.lines[first].transfer.blk.acked > 50_000, duration=120)
+    net["AA"].kernel.routes.advert(first, {"DD": INFINITY}, net.now)  # the path through `first` is gone
+    assert net["AA"].kernel.routes.next_hop("DD") == other
+    small = [p.send("DDR", b"after %d" % i)["msg_id"] for i in range(3)]
+    assert net.run(lambda: len(net["DD"].kernel.lists.recv) >= 4, duration=300)
+    r = net.client("DD", "R")
+    got = [r.recv(wait=False)["msg"] for _ in range(4)]
+    assert [m["msg_id"] for m in got] == [big, *small] and base64.b64decode(got[0]["data"]) == data
+    assert net["DD"].kernel.lines[first].counters["segments"] > 0 and not net["DD"].kernel.lines[other].counters[
+        "segments"]
+
+
 def test_a_peer_with_a_smaller_maximum_gets_small_messages_and_the_large_one_waits(tmp_path):
     net = _pair(tmp_path, b_max=128)
     p = net.client("AA", "P")
