@@ -7,7 +7,7 @@ import os
 import sys
 
 from .client import GRACE, Client, DaemonUnreachable, MCCSError, NotStored, Refused
-from .config import ConfigError, load
+from .config import MAX_MESSAGE, ConfigError, load
 from .ipc import b64
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_STORED = 0, 1, 2, 3, 4
@@ -109,6 +109,9 @@ def run_send(args) -> int:
     if args.file is not None and args.data is not None:
         raise _Usage("give the message as DATA or --file PATH, not both")
     if args.file is not None:
+        size = os.path.getsize(args.file)
+        if size > MAX_MESSAGE:  # not read at all: no host takes it
+            raise _Usage(f"{args.file} has {size:,} bytes; a message has at most {MAX_MESSAGE:,} (max_message)")
         with open(args.file, "rb") as f:
             data = f.read()
     else:
