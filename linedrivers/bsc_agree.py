@@ -35,8 +35,9 @@ ALTERED = "feature announcements altered on the line"
 
 
 def starts_image(text: bytes, last: bool) -> bool:
-    """Could this block text be the first block of an image? (Its LENGTH fits its size.)"""
-    if len(text) < HEADER_SIZE:
+    """Could this block text be the first block of an image: TO_ID and FROM_ID printable ASCII (as
+    every process id is) and a LENGTH that fits the block? Random bytes pass one time in 150,000."""
+    if len(text) < HEADER_SIZE or not all(0x20 <= c <= 0x7E for c in text[:12]):
         return False
     size = HEADER_SIZE + int.from_bytes(text[16:18], "big")
     return size == len(text) if last else size > len(text)
@@ -132,7 +133,7 @@ class BscAgreement:
 
     # --- resume ---------------------------------------------------------------------------
     def _keep_partial(self) -> None:
-        """At LineDown: what a new sign-on may resume."""
+        """At LineDown, or the end of receive state: what a new sign-on may resume."""
         if self._frames is not None and self._block:
             self._resume = (self._queue[0], self._block)
         if self._assembly:

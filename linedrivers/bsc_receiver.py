@@ -42,6 +42,7 @@ class BscReceiver:
         self._reply(reply)
 
     def _end_receive(self) -> None:
+        self._keep_partial()  # a drop seen first as the disconnect timeout: a new sign-on may resume
         self._state = State.CONTROL
         self._reset_receiver()
 
