@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from linedrivers import BscLine, FrameTraced, LineUp, PeerRefused
+from linedrivers import BscLine, FrameTraced, LineUp
 from linedrivers.bsc_codes import ASCII, EBCDIC
 from linedrivers.bsc_reader import BscReader
 from linedrivers.image import HEADER_SIZE
@@ -204,8 +204,8 @@ def test_resume_counts_the_blocks_on_the_line():
     assert resumed > 10 and new_sent <= plain_sent - resumed + 1
 
 
-def test_a_resumed_block_that_reads_like_an_image_start_is_not_resumed():
-    """The sender never resumes at a block the receiver would take for a new image."""
+def test_only_a_first_block_reads_like_the_start_of_an_image():
+    """How the receiver tells a resumed block from a new image (and the sender avoids the doubt)."""
     from linedrivers.bsc_agree import starts_image
     first = make_images("AA", "BB", 1, size=300)[0]
     assert starts_image(first[:64], False) and starts_image(first, True)
