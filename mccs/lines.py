@@ -323,7 +323,7 @@ class Lines:
                 return self._hold(lcb, blk, f"the peer takes messages of at most {lcb.large} bytes (its max_message)")
             text, end = self._segment(lcb, blk)
         if isinstance(text, Stored):
-            return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS, or a BSC line)")
+            return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS)")
         if lcb.routed:
             if not blk.pseq and blk.origin == self.host:  # numbered as it first leaves on a routing line
                 blk.pseq, changes = self.pairs.out.number(blk.dest)
