@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: Added to twice the window's transmit time to get the least reply timeout (DESIGN 4.1).
 REPLY_MARGIN = 0.25  # the peer's commit before its ACK, scheduling, relays
+#: Added to the time a frame asked for with R needs to come back before it is asked for again.
+ASK_MARGIN = 0.1  # the line's latency both ways, scheduling, relays; no commit is waited for
 
 
 class AsyncLine(AsyncSignOn):
@@ -64,7 +66,7 @@ class AsyncLine(AsyncSignOn):
             ("frames_tx", "frames_rx", "bytes_tx", "bytes_rx", "retransmissions", "naks", "timeouts",
              "crc_errors", "garbage", "duplicates", "signons", "rejects_tx", "out_of_window",
              "oversized", "bad_frames", "busy_drops", "ignored", "keepalives", "internal_errors",
-             "auth_failures"), 0)
+             "auth_failures", "reasks"), 0)
         self.state = State.DOWN
         self._events: list = []
         self._out: list[bytes] = []
@@ -107,8 +109,10 @@ class AsyncLine(AsyncSignOn):
         self._sr = False         # selective repeat agreed at sign-on (FEAT=SREJ at both ends)
         self._fcs32 = self._deframer.fcs32 = False  # CRC-32 on long frames agreed (FEAT=FCS32 at both ends)
         self._peer_frame = 0     # bytes of the longest frame heard this session
+        self._recent: deque[int] = deque(maxlen=window)  # bytes of the last frames heard
         self._early: dict[int, bytes] = {}   # SEQ -> body received after a gap, kept for order
-        self._asked: dict[int, float] = {}   # SEQ -> when we last asked for it with R
+        self._asked: dict[int, tuple[float, float]] = {}  # SEQ -> when we last asked for it with R,
+        # and how long it may take to come before the timer asks again (0: no timer, see _reask)
         self._ask_due: list[int] = []        # SEQs to ask for with R at the next data_to_send()
         self._resend: set[int] = set()       # SEQs the peer asked for with R (or the oldest, after a timeout)
         self._rejected_at = None  # _rx_next when the last N went out (one N per gap)
@@ -136,12 +140,28 @@ class AsyncLine(AsyncSignOn):
         largest = self._frame_bytes(HEADER_SIZE + self._maxmsg)
         if self.state is not State.UP:
             return self._timeout_for(largest)
-        ours = max((self._frame_bytes(len(i)) for i in islice(self._held, self._window)), default=0)
-        return self._timeout_for(min(largest, max(ours, self._peer_frame, self._deframer.pending)))
+        return self._timeout_for(min(largest, max(self._our_frame(), self._peer_frame, self._deframer.pending)))
+
+    def _our_frame(self) -> int:
+        """Bytes of the longest of our frames in the window (0 with none)."""
+        return max((self._frame_bytes(len(i)) for i in islice(self._held, self._window)), default=0)
+
+    def _recent_frame(self) -> int:
+        """Bytes of the peer's frames now: the longest of its last window of frames or of one
+        arriving, at most a MAXMSG frame (segments change size as the line's errors do)."""
+        return min(self._frame_bytes(HEADER_SIZE + self._maxmsg), max(*self._recent, self._deframer.pending, 0))
 
     def _timeout_for(self, frame: int) -> float:
         """The reply timeout for frames of `frame` bytes (see _timeout)."""
         return max(self.reply_timeout, 2 * self._window * frame * 10 / self.baud + REPLY_MARGIN)
+
+    def _ask_wait_for(self, ours: int, theirs: int) -> float:
+        """How long a frame asked for with R may take to come before it is asked for again. The
+        line is FIFO and the peer sends frames asked for before new ones, so it is the R behind
+        a window of our frames of `ours` bytes, at most a window of the peer's frames of `theirs`
+        bytes (those it sent before the R came, and the frame itself), and a margin: about a
+        round trip, far less than a reply timeout, which also waits for the peer's commit."""
+        return (self._overhead + self._window * (ours + theirs)) * 10 / self.baud + ASK_MARGIN
 
     def _silence(self) -> float:
         """A line that brought no byte at all for this long while an answer is awaited is down (a
@@ -182,8 +202,12 @@ class AsyncLine(AsyncSignOn):
         at least LEAST_SEGMENT (or MAXMSG if smaller), at most the agreed MAXMSG (an image must
         fit one frame)."""
         overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
-        return best_length(self._errors.rate, overhead, lambda n: self._timeout_for(n) * self.baud / 10,
-                           0 if self._sr else self._window - 1, min(LEAST_SEGMENT, self._maxmsg), self._maxmsg)
+        if self._sr:  # a lost copy is asked for again after about a round trip (_reask)
+            stall = lambda n: self._ask_wait_for(0, n) * self.baud / 10
+        else:
+            stall = lambda n: self._timeout_for(n) * self.baud / 10
+        return best_length(self._errors.rate, overhead, stall, 0 if self._sr else self._window - 1,
+                           min(LEAST_SEGMENT, self._maxmsg), self._maxmsg)
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""
@@ -205,6 +229,12 @@ class AsyncLine(AsyncSignOn):
     def next_deadline(self) -> float | None:
         if self.state is State.DOWN:
             return None
+        times = [] if self._busy else [at + wait for at, wait in self._asked.values() if wait]
+        line = self._line_deadline()
+        return min(times + [line]) if line is not None else min(times, default=None)
+
+    def _line_deadline(self) -> float | None:
+        """The next deadline of the reply timer, the silence rule, the poll or the keep-alive."""
         if self._reply_at is not None:
             if self.state is State.UP:
                 return min(self._reply_at, self._last_byte + self._silence())
@@ -215,7 +245,9 @@ class AsyncLine(AsyncSignOn):
 
     def handle_timeout(self, now: float) -> None:
         self._now = now
-        deadline = self.next_deadline()
+        if self.state is State.UP:
+            self._reask()
+        deadline = self._line_deadline() if self.state is not State.DOWN else None
         if deadline is None or now < deadline:
             return
         if self._reply_at is not None and self.state is State.UP and now >= self._last_byte + self._silence():
@@ -259,6 +291,7 @@ class AsyncLine(AsyncSignOn):
             self._last_byte = now
         for frame in self._deframer.feed(data):
             self._peer_frame = max(self._peer_frame, frame.nbytes)
+            self._recent.append(frame.nbytes)
             self._exposed(frame.nbytes)
             if frame.content is None:
                 self._errors.failed()
@@ -484,16 +517,36 @@ class AsyncLine(AsyncSignOn):
 
     def _keep_early(self, seq: int, d: int, body: bytes) -> None:
         """Selective repeat: keep a frame that came after a gap, and ask with R for each frame
-        missing before it (again only after a reply timeout, in case the R or its answer was lost)."""
+        missing before it (again by _reask's timer, or after a reply timeout when a later frame
+        shows it still missing)."""
         if seq in self._early:
             self.counters["duplicates"] += 1
             return
         self._early[seq] = body
+        self._asked.pop(seq, None)
         for k in range(d):
             missing = (self._rx_next + k) & 0xFF
-            if missing not in self._early and self._now >= self._asked.get(missing, -1e9) + self._timeout():
-                self._asked[missing] = self._now
-                self._ask_due.append(missing)
+            if missing not in self._early and self._now >= self._asked.get(missing, (-1e9,))[0] + self._timeout():
+                self._ask(missing, self._ask_wait_for(self._our_frame(), self._recent_frame()))
+
+    def _ask(self, seq: int, wait: float) -> None:
+        """Ask for `seq` with R at the next data_to_send(); the timer asks again after `wait` (0: never)."""
+        self._asked[seq] = (self._now, wait)
+        self._ask_due.append(seq)
+
+    def _reask(self) -> None:
+        """Ask again at once for each frame asked for with R that has not come in the time it
+        needed: the R or the copy was lost, found in about a round trip instead of a reply timeout.
+        Each time the wait doubles (the peer may be slower than thought); once it would reach the
+        reply timeout the timer stops, and a later frame asks again after a reply timeout, or the
+        sender's reply timer sends the window again, as before. Nothing here counts toward the
+        retry limit: the sender's timer still runs from its last acknowledgement."""
+        if self._busy:  # frames are dropped now; the sender holds and polls
+            return
+        for seq, (at, wait) in list(self._asked.items()):
+            if wait and self._now >= at + wait:
+                self.counters["reasks"] += 1
+                self._ask(seq, 2 * wait if 2 * wait < self._timeout() else 0.0)
 
     def _accept(self, body: bytes) -> None:
         self._asked.pop(self._rx_next, None)

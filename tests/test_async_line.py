@@ -506,8 +506,8 @@ def test_soak_seeded_lines_with_restarts_and_pulled_cables(trial):
 
 
 # --- selective repeat (FEAT=SREJ) -------------------------------------------------------------
-def _lose_data_frames(h, side: str, which: set[int]) -> None:
-    """The n-th data frames `side` sends (counting from 1, in `which`) never arrive."""
+def _lose_data_frames(h, side: str, which: set[int], kind: bytes = b"D") -> None:
+    """The n-th frames of `kind` `side` sends (counting from 1, in `which`) never arrive."""
     import re
     pipe, seen = h.channel.outof(side), [0]
     write = pipe.write
@@ -515,7 +515,7 @@ def _lose_data_frames(h, side: str, which: set[int]) -> None:
     def lossy(data, now):
         kept = []
         for frame in re.findall(rb"\x7e[^\x7e]+\x7e", bytes(data)):
-            if frame[1:2] == b"D":
+            if frame[1:2] == kind:
                 seen[0] += 1
                 if seen[0] in which:
                     continue
@@ -567,3 +567,41 @@ def test_on_a_noisy_line_selective_repeat_sends_less_again_than_go_back_n(ber):
         res.check()  # exactly once, in order
         again[sr], took[sr] = res.a.counters["retransmissions"], res.time
     assert again[True] < again[False] / 2 and took[True] <= took[False]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("lose", [
+    ("a", {3, 9}, b"D"),   # frame 3, then its copy sent on the R (the 9th data frame)
+    ("b", {1}, b"R"),      # the R asking for frame 3
+    ("a", {3, 9, 10}, b"D"),  # frame 3, its copy, and the copy asked for again
+])
+def test_a_lost_copy_or_r_costs_about_a_round_trip_not_a_reply_timeout(lose):
+    """Selective repeat at 115200 baud, reply timeout 3 s: a window of 8 frames of 153 bytes
+    (13.3 ms each) is delivered and acknowledged well within a second, once each and in order."""
+    h = up_pair(baud=115200, window=8, reply_timeout=3.0)
+    side, which, kind = lose
+    if kind != b"D":
+        _lose_data_frames(h, "a", {3})
+    _lose_data_frames(h, side, which, kind)
+    imgs, t0 = make_images("AA", "BB", 8), h.now
+    h.send("a", imgs)
+    assert h.run(t0 + 10)
+    assert h.now - t0 < 1.0
+    assert [e.image for _, e in events_of(h, "b", MessageReceived)] == imgs
+    assert h["a"].machine.counters["timeouts"] == 0
+
+
+@pytest.mark.timeout(10)
+def test_early_asks_back_off_to_the_reply_timeout_and_leave_the_line_up():
+    """A receiver that asked with R and never gets the frame asks again after about a round trip,
+    then after twice that, and so on while under the reply timeout; then it stops. Nothing of it
+    counts toward the retry limit: the line goes down by the sender's retries as before."""
+    h = up_pair(baud=115200, window=8, reply_timeout=3.0, retry_limit=2, keepalive=1000.0)
+    _lose_data_frames(h, "a", {3} | set(range(9, 100)))  # frame 3 never arrives again
+    h.send("a", make_images("AA", "BB", 8))
+    h.run_for(2.9)
+    b = h["b"].machine
+    assert b.counters["reasks"] == 3 and b.counters["rejects_tx"] == 4  # after ~0.2, 0.6, 1.4 s
+    assert h["a"].up and h["a"].machine.counters["timeouts"] == 0
+    h.run_for(30)
+    assert events_of(h, "a", LineDown)[0][1].reason == "retry limit"
