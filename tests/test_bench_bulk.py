@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from mccs.testbed.bench_bulk import PEERS, missing
+from mccs.testbed.hosts import mccs_cli
 
 
 def bench_bulk(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mccs.cli", "bench", "bulk", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return mccs_cli("bench", "bulk", *args, timeout=timeout)
 
 
 @pytest.mark.timeout(30)

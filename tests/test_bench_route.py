@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+from mccs.testbed.hosts import mccs_cli
+
 
 def bench_route(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mccs.cli", "bench", "route", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return mccs_cli("bench", "route", *args, timeout=timeout)
 
 
 @pytest.mark.timeout(30)

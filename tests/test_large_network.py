@@ -14,7 +14,7 @@ import time
 import pytest
 
 import mccs
-from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.vserial import Lines
 
@@ -23,7 +23,7 @@ SIZE = 4 << 20
 
 
 def _mccs(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mccs.cli", *args], capture_output=True, timeout=timeout)
+    return mccs_cli(*args, timeout=timeout, text=False)
 
 
 @contextlib.contextmanager

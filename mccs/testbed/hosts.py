@@ -49,6 +49,11 @@ def socket_answers(path: str) -> bool:
         s.close()
 
 
+def mccs_cli(*args: str, timeout: float, text: bool = True) -> subprocess.CompletedProcess:
+    """`mccs ARGS...` in a child process, its output captured (tests and benchmarks)."""
+    return subprocess.run([sys.executable, "-m", "mccs.cli", *args], capture_output=True, text=text, timeout=timeout)
+
+
 class DaemonProcess:
     """`mccs daemon -c CONFIG` in a child process; its stderr goes to `<config>.log`."""
 
