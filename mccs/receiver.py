@@ -50,13 +50,17 @@ class MessageReceiver:
         self.reassembly, self.blobs = reassembly, blobs
 
     def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
-        try:
-            m, env = envelope.unwrap(img, self.max_message) if routed else (image.decode(img, self.max_message), None)
+        try:  # a segment's text is a piece and its trailer: the whole message is checked as it completes
+            m, env = envelope.unwrap(img, self.max_message + segments.SIZE) if routed \
+                else (image.decode(img, self.max_message), None)
+            segment = env is not None and env.flags & SEGMENT
+            if not segment and len(m.data) > self.max_message:
+                raise image.ImageError(f"message of {len(m.data)} bytes is over the maximum of {self.max_message}")
         except image.ImageError as e:
             src.counters["bad_images"] += 1
             log.warning("%s: dropped a bad message image from %s: %s", self.host, src.peer, e)
             return
-        if env is not None and env.flags & SEGMENT:
+        if segment:
             self._segment(src, m, env, fx, now, wall)
         else:
             self._whole(src, m, env, fx, now, wall)

@@ -126,6 +126,22 @@ def test_a_message_in_segments_is_finished_on_its_line_when_the_route_moves_and_
         "segments"]
 
 
+def test_messages_of_the_largest_size_go_in_segments_while_the_segment_size_grows_and_all_arrive(tmp_path):
+    """A new line starts with short segments and lengthens them: on the way a message of
+    max_message bytes is cut in pieces whose text, with the trailer, is longer than max_message."""
+    net = _pair(tmp_path, baud=9600, a_max=128, b_max=128)
+    p = net.client("AA", "P")
+    sent = [bytes([i]) * 128 for i in range(10)]
+    for data in sent:  # one a second: each is cut with the segment size of its moment
+        p.send("BBR", data)
+        net.run(duration=1)
+    assert net.run(lambda: len(net["BB"].kernel.lists.recv) >= len(sent), duration=60)
+    r = net.client("BB", "R")
+    assert [_data(r.recv(wait=False)) for _ in sent] == sent
+    counters = net["BB"].kernel.lines["AA"].counters
+    assert counters["segments"] > 0 and not counters["bad_images"] and not counters["segments_refused"]
+
+
 def test_a_peer_with_a_smaller_maximum_gets_small_messages_and_the_large_one_waits(tmp_path):
     net = _pair(tmp_path, b_max=128)
     p = net.client("AA", "P")
