@@ -6,9 +6,8 @@ errors at `--ber` from the same seed, so every peer meets the same damage per by
 
 - async  MCCS, two `mccs daemon` processes on an async line; one message (`[host] max_message`
          = the payload), SEND on AA until RECV on BB has all of it;
-- bsc    the same over a BSC line (primary AA, secondary BB); BSC lines carry no large messages
-         (those go in segments on async lines only), so a payload over 65,520 bytes goes as
-         messages of 65,520 bytes, sent at once, until BB has them all;
+- bsc    the same over a BSC line (primary AA, secondary BB): one message, in segments of 32
+         blocks (multi-block ETB ... ETX transmissions);
 - zmodem `sz -b` / `rz -b -y` from lrzsz, on the two ends of the line; from rz's start (sz only
          waits for it before) until sz exits; the received file is compared;
 - uucp   Taylor UUCP `uucico` on both ends, protocol 'i', window 16, 1,024-byte packets; the
@@ -48,11 +47,6 @@ NOISY_BAUD = 115200
 ASYNC_OVER_UUCP = 1.05  # with bit errors at 115200
 ASYNC_OVER_ZMODEM = 3.0
 BSC_POINTS = 0.03  # clean: within 3 points of the stop-and-wait ceiling of its block size
-#: The largest message a BSC line carries whole: large messages go in segments on async lines only
-#: (a BSC line holds them), so over BSC a larger payload goes as messages of this size.
-BSC_MESSAGE = 65535 - 15  # an image's 16-bit LENGTH less the 15-byte routing envelope
-
-
 class PeerFailed(RuntimeError):
     """One transfer did not complete (or completed wrong)."""
 
@@ -315,16 +309,14 @@ class Result:
     messages: int = 1  # MCCS: the messages the payload went in
 
 
-def mccs_message(peer: str, size: int, asked: int) -> int:
-    """Bytes per MCCS message: --mccs-message, else the whole payload (BSC: at most BSC_MESSAGE)."""
-    if asked:
-        return min(asked, size)
-    return min(size, BSC_MESSAGE) if peer == "bsc" else size
+def mccs_message(size: int, asked: int) -> int:
+    """Bytes per MCCS message: --mccs-message, else the whole payload."""
+    return min(asked, size) if asked else size
 
 
 def measure(peer: str, root: Path, data: bytes, baud: int, ber: float, seed: int, args) -> float:
     if peer in ("async", "bsc"):
-        message = mccs_message(peer, len(data), args.mccs_message)
+        message = mccs_message(len(data), args.mccs_message)
         return mccs_transfer(peer, root, data, baud, ber, seed, message, args.line_keys)
     return (zmodem_transfer if peer == "zmodem" else uucp_transfer)(root, data, baud, ber, seed)
 
@@ -422,8 +414,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated, of {','.join(PEERS)} (default all)")
     p.add_argument("--seed", type=int, default=12, help="seed of the payload and of the line's bit errors")
     p.add_argument("--mccs-message", type=_size, default=0,
-                   help="send the payload as messages of this many bytes (default 0: one message; over BSC, "
-                        f"which carries no large messages, messages of {BSC_MESSAGE:,} bytes)")
+                   help="send the payload as messages of this many bytes (default 0: one message)")
     p.add_argument("--line-key", dest="line_keys", type=_line_key, action="append", default=[],
                    metavar="KEY=VALUE", help="a [[line]] key for both MCCS daemons, e.g. window=16 or "
                                              "block_size=1024 (repeatable)")
@@ -458,7 +449,7 @@ def run(args: argparse.Namespace) -> int:
     bers = [0.0] + ([args.ber] if args.ber > 0 else [])
     settings = [(baud, ber) for baud in bauds for ber in bers]
     results = {(p, baud, ber): Result(p, baud, ber, args.size, skipped=skipped.get(p),
-                                      messages=-(-args.size // mccs_message(p, args.size, args.mccs_message))
+                                      messages=-(-args.size // mccs_message(args.size, args.mccs_message))
                                       if p in ("async", "bsc") else 1)
                for baud, ber in settings for p in peers}
     active = [p for p in peers if p not in skipped]
@@ -492,7 +483,7 @@ def run(args: argparse.Namespace) -> int:
     judged = targets(res, bsc)
     rat = ratios(res)
     doc = {"size": args.size, "bauds": bauds, "bers": bers, "runs": args.runs, "seed": args.seed,
-           "mccs_message": {p: mccs_message(p, args.size, args.mccs_message) for p in ("async", "bsc")},
+           "mccs_message": {p: mccs_message(args.size, args.mccs_message) for p in ("async", "bsc")},
            "line_keys": args.line_keys,
            "uucp": {"protocol": "i", "window": UUCP_WINDOW, "packet": UUCP_PACKET},
            "bsc_ceiling": None if bsc is None else dict(zip(("block_size", "frame_bytes", "reply_bytes", "ceiling"),
