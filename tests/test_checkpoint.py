@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from checkpoint import changes as ch
-from checkpoint.changes import Row, Table
+from checkpoint.changes import Row, Stored, Table
 from checkpoint.store import SCHEMA_VERSION, Checkpoint, CheckpointError
 from mccs.msgids import DUP_WINDOW, ID_SPACE, MAX_IN_USE, KeyWindow, MsgIds
 
@@ -138,3 +138,21 @@ def test_while_too_many_ids_are_in_use_the_host_reports_full():
     assert not ids.full
     msg_id, _ = ids.allocate("BB", 1)
     assert msg_id == 5 and ids.full  # the only free id that is not barred
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["new", "migrated from version 1"])
+def test_a_long_text_lives_in_texts_is_read_in_pieces_and_goes_with_its_row(tmp_path, old):
+    path = tmp_path / "AA.db"
+    if old:
+        _version_1(path, "AA")
+    cp = Checkpoint(path, "AA")
+    text = bytes(range(256)) * 1000
+    stored = Stored(100, len(text), 7)
+    cp.apply([*ch.add_text(100, text, piece=4096),
+              ch.add_block(Table.SEND_LIST, Row(100, "BBRCV ", "AASND ", 9, 9, stored, 0.0, crc=7))])
+    assert cp.read_blob(stored, 1000, 600) == text[1000:1600]
+    row = next(r for r in cp.restore().send_list if r.seq == 100)
+    assert row.data == stored and row.crc == 7
+    cp.apply([ch.delete_block(Table.SEND_LIST, 100)])  # the trigger takes the text with the row
+    assert cp.conn.execute("SELECT count(*) FROM texts").fetchone()[0] == 0
+    cp.close()
