@@ -27,6 +27,7 @@ from linedrivers.port import SerialPort
 
 from . import requests, server
 from .config import HostConfig, LineConfig
+from .dispatcher import stored_text
 from .kernel import Kernel
 from .ipc import b64
 from .requests import Cancel, Hello, RequestError, Send, Status
@@ -216,16 +217,13 @@ class Daemon:
 
     def _answer(self, conn: server.Connection, body: dict) -> None:
         """A reply; a large message's text is read from the checkpoint as it is written."""
-        msg = body.get("msg")
-        stored = msg.get("stored") if isinstance(msg, dict) else None
+        body, stored = stored_text(body)
         if stored is None:
             conn.answer(body)
-            return
-        msg = {k: v for k, v in msg.items() if k != "stored"}
-        if conn.binary:
-            conn.answer({**body, "msg": msg, "bin": stored.size}, self._pieces(stored))
+        elif conn.binary:
+            conn.answer({**body, "bin": stored.size}, self._pieces(stored))
         else:  # an older client: the whole text in base64
-            conn.answer({**body, "msg": {**msg, "data": b64(b"".join(self._pieces(stored)))}})
+            conn.answer({**body, "msg": {**body["msg"], "data": b64(b"".join(self._pieces(stored)))}})
 
     def _pieces(self, stored: Stored, size: int = 1 << 20):
         for offset in range(0, stored.size, size):

@@ -17,9 +17,9 @@ from checkpoint.changes import INLINE_MAX, Stored, Table
 from linedrivers.ids import host_of
 
 from .effects import Effects
+from .ipc import b64
 from .lists import MSGBLOK, PRQBLOK, Lists, Sequence
 from .msgids import MsgIds
-from .ipc import b64
 from .notices import fields
 from .segments import Blobs, crc_of
 from .sessions import Sessions
@@ -35,6 +35,15 @@ def message_body(blk: MSGBLOK) -> dict:
     else:
         body["data"] = b64(blk.data)
     return body
+
+
+def stored_text(body: dict) -> tuple[dict, Stored | None]:
+    """A reply, and the Stored text its message names (taken out of it), for the shell to read."""
+    msg = body.get("msg")
+    stored = msg.get("stored") if isinstance(msg, dict) else None
+    if stored is None:
+        return body, None
+    return {**body, "msg": {k: v for k, v in msg.items() if k != "stored"}}, stored
 
 
 def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:

@@ -25,11 +25,6 @@ def frame(obj: dict) -> bytes:
     return LENGTH.pack(len(body)) + body
 
 
-def attached(obj: dict, data) -> list:
-    """A frame whose data goes after the JSON as it is: the pieces to write, in order."""
-    return [frame({**obj, "bin": len(data)}), data]
-
-
 class Deframer:
     """Splits a byte stream into JSON objects; a frame over `limit` bytes is an error (then close).
     An object with `"bin": n` gets the n bytes after it in `bin` (at most `bin_limit`)."""

@@ -294,7 +294,7 @@ class Kernel:
         lists = self.lists
         return {"host": self.host, "epoch": self.epoch, "disk_full": self.disk_full,
                 "lists": {"wait": len(lists.wait), "send": len(lists.send), "recv": len(lists.recv)},
-                "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(self._now),
+                "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(),
                 "routing": self.cfg.routing, "routes": self.routes.status(self._now),
                 "waiting_for": self.lists.send.waiting(), "held_for_order": self.pairs.into.status(),
                 "receiving": self.reassembly.status(),

@@ -73,13 +73,13 @@ class LineControlBlock:
     def peer(self) -> str:
         return self.cfg.peer
 
-    def status(self, now: float) -> dict:
+    def status(self) -> dict:
         return {"peer": self.peer, "protocol": self.cfg.protocol, "state": str(self.state), "port": self.cfg.port,
                 "port_open": self.port_open, "baud": self.cfg.baud, "active": len(self.active),
                 "routing": self.routed, "large": self.large, "last_down": self.last_down,
                 "counters": {**self.machine.counters, **self.counters},
                 "held": f"{self.held.origin}/{self.held.msg_id}, {self.held.size} bytes" if self.held else None,
-                "transfer": self.transfer.status(now) if self.transfer else None}
+                "transfer": self.transfer.status() if self.transfer else None}
 
 
 @dataclass(eq=False)
@@ -91,7 +91,7 @@ class Transfer:
     start: int  # bytes held by the next host then
     at: float = 0.0  # monotonic time of the last acknowledgement
 
-    def status(self, now: float) -> dict:
+    def status(self) -> dict:
         blk = self.blk
         rate = (blk.acked - self.start) / (self.at - self.since) if self.at > self.since else 0.0
         left = blk.size - blk.acked
@@ -116,8 +116,8 @@ class Lines:
     def __getitem__(self, peer: str) -> LineControlBlock:
         return self.lcbs[peer]
 
-    def status(self, now: float) -> list[dict]:
-        return [lcb.status(now) for lcb in self.lcbs.values()]
+    def status(self) -> list[dict]:
+        return [lcb.status() for lcb in self.lcbs.values()]
 
     # -- inputs from the shell ----------------------------------------------------------------
     def data(self, peer: str, data: bytes, now: float) -> None:
@@ -284,7 +284,7 @@ class Lines:
         dests = [d for d in self.lists.send.waiting() if self.routes.next_hop(d) == lcb.peer
                  and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
         # a message this line carries in segments is finished here, even if its route moved meanwhile
-        moved = {b.dest for b, end in lcb.active if end is not None and b.next_off < b.size} - set(dests)
+        moved = {b.dest for b, _ in lcb.active if b.more_on(lcb.peer)} - set(dests)
         queues = [self._pieces(lcb, d, wall) for d in dests] + [self._rest(lcb, d) for d in moved]
         while room > 0 and queues:
             for queue in list(queues):
@@ -306,13 +306,13 @@ class Lines:
                 return
             if blk.line not in (None, lcb.peer):  # going in segments on the line of an earlier route: it first
                 return
-            while blk.state is not BlockState.IN_FLIGHT or (blk.line == lcb.peer and blk.next_off < blk.size):
+            while blk.state is not BlockState.IN_FLIGHT or blk.more_on(lcb.peer):
                 yield blk
 
     def _rest(self, lcb: LineControlBlock, dest: str) -> Iterator[MSGBLOK]:
         """The pieces still to hand of the message for `dest` this line carries in segments."""
         for blk in self.lists.send.queue(dest):
-            while blk.line == lcb.peer and blk.next_off < blk.size:
+            while blk.more_on(lcb.peer):
                 yield blk
 
     def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects, wall: float) -> bool:

@@ -64,6 +64,10 @@ class MSGBLOK:
     def size(self) -> int:
         return len(self.data)
 
+    def more_on(self, peer: str) -> bool:
+        """Going in segments on the line to `peer`, with pieces still to hand to it."""
+        return self.line == peer and self.next_off < self.size
+
     @property
     def origin(self) -> str:
         return host_of(self.from_id)

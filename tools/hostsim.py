@@ -20,6 +20,7 @@ from pathlib import Path
 from checkpoint.store import Checkpoint
 from mccs import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
+from mccs.dispatcher import stored_text
 from mccs.effects import Effects
 from mccs.kernel import Kernel
 from mccs.sessions import Creds
@@ -63,10 +64,9 @@ class SimHost:
             return fx
         self.cp.apply(fx.changes)
         for reply in fx.replies:  # a large message's text read from the checkpoint, as the daemon does
-            msg = reply.body.get("msg")
-            stored = msg.get("stored") if isinstance(msg, dict) else None
-            body = {**reply.body, "msg": {**msg, "data": _b64(self.cp.read_blob(stored, 0, stored.size))}} \
-                if stored else reply.body
+            body, stored = stored_text(reply.body)
+            if stored is not None:
+                body["msg"]["data"] = _b64(self.cp.read_blob(stored, 0, stored.size))
             self.inbox.setdefault(reply.conn, []).append(body)
         for w in fx.writes:
             self.net.write(self.id, w.peer, w.data)
