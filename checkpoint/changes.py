@@ -165,6 +165,11 @@ def set_void(table: Table, seq: int, flags: int) -> Change:
     return Change(f"UPDATE {table} SET data = x'', text = 0, expires = 0, flags = ? WHERE seq = ?", (flags, seq))
 
 
+def set_flags(table: Table, seq: int, flags: int) -> Change:
+    """A block's flags (the operator's hold is one of them, so it survives a restart)."""
+    return Change(f"UPDATE {table} SET flags = ? WHERE seq = ?", (flags, seq))
+
+
 def set_pseq(table: Table, seq: int, pseq: int, epoch: str) -> Change:
     """A block's end-to-end number, given when it first leaves on a routing line."""
     return Change(f"UPDATE {table} SET pseq = ?, epoch = ? WHERE seq = ?", (pseq, epoch, seq))

@@ -32,6 +32,7 @@ NOTICE = 0x04  # a delivered or undeliverable notice: never gets a notice of its
 VOID = 0x08  # what is left of a message that expired on the way: keeps its place in the order, no text
 SEGMENT = 0x10  # a piece of a large message: a segment trailer ends the text (mccs.segments)
 CARRIED = RECEIPT | NOTICE | VOID  # the flags a stored message keeps from hop to hop
+HELD = 0x20  # this host only, never carried: the operator holds it on SEND_LIST (`mccs queue hold`)
 
 
 @dataclass(frozen=True)

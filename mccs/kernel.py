@@ -33,7 +33,9 @@ from .pairs import Pairs, PairsIn, PairsOut
 from .receiver import MessageReceiver
 from .routing import RoutingTable
 from .segments import Blobs, Partial, Reassembly
+from .queue import Queue
 from .requests import NAMED, Cancel, Confirm, Hello, Ping, Recv, Request, RequestError, Send
+from .requests import Queue as QueueRequest
 from .sessions import Creds, Session, Sessions
 
 log = logging.getLogger("mccs.kernel")
@@ -74,6 +76,7 @@ class Kernel:
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
                            self.counters)
+        self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.ids, self.notices)
         self._now = 0.0
         self._fx = Effects()
         self._sends = 0
@@ -140,6 +143,8 @@ class Kernel:
                 self._cancel(session, rid, req, prior)
             elif isinstance(req, Ping):
                 self._fx.reply(conn, {"id": rid, "ok": True, "host": self.host})
+            elif isinstance(req, QueueRequest):  # carried out in the pass, which has the wall clock
+                self.queue.ops.append((conn, rid, req))
         except RequestError as e:
             self.refuse(conn, rid, e)
 
@@ -257,6 +262,7 @@ class Kernel:
         for blk in self._taken:
             self.notices.delivered(fx, blk, wall)
         self._taken.clear()
+        self.queue.run(fx, wall)
         self.dispatcher.run(fx, now, wall)
         self.notices.expire(fx, wall)
         for p in self.reassembly.stale(wall - self.cfg.ttl):  # its sender gave up on it long ago
@@ -296,6 +302,7 @@ class Kernel:
                 "lists": {"wait": len(lists.wait), "send": len(lists.send), "recv": len(lists.recv)},
                 "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(),
                 "routing": self.cfg.routing, "routes": self.routes.status(self._now),
-                "waiting_for": self.lists.send.waiting(), "held_for_order": self.pairs.into.status(),
+                "waiting_for": self.lists.send.waiting(), "oldest_waiting": self.lists.send.oldest(),
+                "held_for_order": self.pairs.into.status(),
                 "receiving": self.reassembly.status(),
                 "counters": {**self.counters, "connections": len(self.sessions)}}

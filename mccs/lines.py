@@ -48,6 +48,26 @@ class LineState(StrEnum):
     UP = "UP"
 
 
+@dataclass
+class Recent:
+    """How much a counter grew over the last `span` seconds, from samples taken in the passes (at
+    most one a second; a counter moves only in a pass, so that is exact to a second)."""
+    span: float = 60.0
+    samples: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
+
+    def sample(self, now: float, value: int) -> None:
+        if not self.samples or now - self.samples[-1][0] >= 1.0:
+            self.samples.append((now, value))
+        while len(self.samples) > 1 and self.samples[1][0] <= now - self.span:
+            self.samples.popleft()  # the newest one at or before the span's start stays: the baseline
+
+    def increase(self, now: float, value: int) -> int:
+        base = next((v for t, v in reversed(self.samples) if t <= now - self.span), None)
+        if base is None:
+            base = self.samples[0][1] if self.samples else value
+        return max(0, value - base)  # a port lost gets a fresh machine: its counters start at 0 again
+
+
 @dataclass(eq=False)
 class LineControlBlock:
     cfg: LineConfig
@@ -68,17 +88,26 @@ class LineControlBlock:
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
     transfer: Transfer | None = None  # the last message sent in segments, for status
     counters: collections.Counter = field(default_factory=collections.Counter)
+    retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
+
+    @property
+    def window(self) -> int:
+        """Images that may be unacknowledged at once: the async window; BSC waits for each block."""
+        return self.cfg.window if self.cfg.protocol == "async" else 1
 
     @property
     def peer(self) -> str:
         return self.cfg.peer
 
-    def status(self) -> dict:
+    def status(self, now: float) -> dict:
         return {"peer": self.peer, "protocol": self.cfg.protocol, "state": str(self.state), "port": self.cfg.port,
                 "port_open": self.port_open, "baud": self.cfg.baud, "active": len(self.active),
-                "routing": self.routed, "large": self.large, "last_down": self.last_down,
+                "window": self.window, "routing": self.routed, "large": self.large, "last_down": self.last_down,
+                "in_flight": list(dict.fromkeys(b.name for b, _ in self.active)),
+                "retransmissions_last_minute": self.retransmissions.increase(
+                    now, self.machine.counters.get("retransmissions", 0)),
                 "counters": {**self.machine.counters, **self.counters},
-                "held": f"{self.held.origin}/{self.held.msg_id}, {self.held.size} bytes" if self.held else None,
+                "held": f"{self.held.name}, {self.held.size} bytes" if self.held else None,
                 "transfer": self.transfer.status() if self.transfer else None}
 
 
@@ -117,7 +146,18 @@ class Lines:
         return self.lcbs[peer]
 
     def status(self) -> list[dict]:
-        return [lcb.status() for lcb in self.lcbs.values()]
+        return [lcb.status(self._now) for lcb in self.lcbs.values()]
+
+    def carrying(self, blk: MSGBLOK) -> bool:
+        """Does a line's machine hold the block, or a segment of it, unacknowledged?"""
+        return any(b is blk for lcb in self.lcbs.values() for b, _ in lcb.active)
+
+    def let_go(self, blk: MSGBLOK) -> None:
+        """A block no line holds leaves its transfer in segments (it is purged or made a void)."""
+        blk.state, blk.line, blk.next_off = BlockState.QUEUED, None, blk.acked
+        for lcb in self.lcbs.values():
+            if lcb.transfer is not None and lcb.transfer.blk is blk:
+                lcb.transfer = None
 
     # -- inputs from the shell ----------------------------------------------------------------
     def data(self, peer: str, data: bytes, now: float) -> None:
@@ -153,6 +193,7 @@ class Lines:
             events, lcb.backlog = lcb.backlog + lcb.machine.events(), []
             for ev in events:
                 self._event(lcb, ev, fx, now, wall)
+            lcb.retransmissions.sample(now, lcb.machine.counters.get("retransmissions", 0))
 
     def _sign_on(self, lcb: LineControlBlock, now: float) -> None:
         lcb.signon_at = None
@@ -300,7 +341,7 @@ class Lines:
         """The blocks for `dest` this line may hand over, in order; a block in segments again for
         each of its pieces, until its last one is handed."""
         for blk in self.lists.send.queue(dest):
-            if (not lcb.routed and blk.pseq) or blk.parked_until > wall:  # numbered ones travel only with a number
+            if (not lcb.routed and blk.pseq) or blk.parked_until > wall or blk.held:  # numbered: only with a number
                 continue
             if not self.blobs.ready(blk.data):  # its text is committed with this pass: it, and all after it, wait
                 return
@@ -312,7 +353,7 @@ class Lines:
     def _rest(self, lcb: LineControlBlock, dest: str) -> Iterator[MSGBLOK]:
         """The pieces still to hand of the message for `dest` this line carries in segments."""
         for blk in self.lists.send.queue(dest):
-            while blk.more_on(lcb.peer):
+            while blk.more_on(lcb.peer) and not blk.held:
                 yield blk
 
     def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects, wall: float) -> bool:

@@ -20,6 +20,8 @@ from typing import Iterator
 from checkpoint.changes import PendingSend, Row, Stored
 from linedrivers.ids import host_of
 
+from .envelope import HELD
+
 
 class BlockState(StrEnum):
     QUEUED = "waiting"  # SEND_LIST: waits for its line; RECV_LIST: waits for a RECV
@@ -71,6 +73,16 @@ class MSGBLOK:
     @property
     def origin(self) -> str:
         return host_of(self.from_id)
+
+    @property
+    def name(self) -> str:
+        """How the operator knows it (`mccs queue`, status): origin host / MSG_ID."""
+        return f"{self.origin}/{self.msg_id}"
+
+    @property
+    def held(self) -> bool:
+        """Held by the operator: no line takes it (or any more of it) until released."""
+        return bool(self.flags & HELD)
 
     @property
     def dest(self) -> str:
@@ -132,6 +144,9 @@ class SendList:
     def __len__(self) -> int:
         return self._count
 
+    def __contains__(self, blk: MSGBLOK) -> bool:
+        return self._by_dest.get(blk.dest, {}).get(blk.seq) is blk
+
     def add(self, blk: MSGBLOK) -> None:
         self._by_dest[blk.dest][blk.seq] = blk
         self._count += 1
@@ -172,6 +187,11 @@ class SendList:
     def waiting(self) -> dict[str, int]:
         """Blocks per destination host."""
         return {dest: len(q) for dest, q in self._by_dest.items()}
+
+    def oldest(self) -> dict[str, dict]:
+        """Per destination host, its oldest block: the first in its order (blocks are added as stored)."""
+        firsts = (next(iter(q.values())) for q in self._by_dest.values())
+        return {b.dest: {"id": b.name, "stored": round(b.ts, 3), "size": b.size} for b in firsts}
 
     def queue(self, dest: str) -> Iterator[MSGBLOK]:
         """The blocks for one destination, in order, lazily: do not change the list meanwhile."""

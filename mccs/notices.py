@@ -46,21 +46,30 @@ class Notices:
     def expire(self, fx: Effects, wall: float) -> None:
         """Every block on SEND_LIST whose time has passed, in the pass."""
         for blk in self.lists.send.expired(wall):
-            if self.returned(fx, blk, f"its ttl passed while it waited at {self.host}", "ttl", wall):
-                fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags))
-            else:
-                self.lists.send.remove(blk)
-                if blk.origin == self.host:
-                    self.ids.release(blk.msg_id)
-                fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
+            self.drop(fx, blk, f"its ttl passed while it waited at {self.host}", "ttl", wall)
 
-    def returned(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> bool:
-        """A message that will not be delivered: traced, its sender told, and turned into a VOID
-        if its place in the order must be kept (True: it goes on as a void)."""
-        self.counters["expired"] += 1
+    def drop(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> None:
+        """A block leaves SEND_LIST undelivered, its sender told; a numbered one stays as a VOID."""
+        if self.returned(fx, blk, reason, why, wall):
+            fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags))
+        else:
+            self.lists.send.remove(blk)
+            if blk.origin == self.host:
+                self.ids.release(blk.msg_id)
+            fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
+
+    def undeliverable(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> None:
+        """A message that will not be delivered: traced, and its sender told (a notice or a void
+        gets no notice of its own). `why` is short, for the trace: ttl, hop_limit, purged."""
+        self.counters["purged" if why == "purged" else "expired"] += 1
         fx.trace("msg", "expired", reason=why, hops=blk.hops, **fields(blk))
         if not blk.flags & (NOTICE | VOID):
             self._notice(fx, blk, "undeliverable", reason, wall)
+
+    def returned(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> bool:
+        """A message that will not be delivered, turned into a VOID if its place in the order
+        must be kept (True: it goes on as a void)."""
+        self.undeliverable(fx, blk, reason, why, wall)
         if not blk.pseq or blk.flags & VOID:
             return False
         blk.data, blk.expires, blk.flags = b"", 0.0, VOID

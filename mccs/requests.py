@@ -11,7 +11,9 @@ import binascii
 import math
 from dataclasses import dataclass
 
-from linedrivers.ids import IdError, process_id, process_name
+from linedrivers.ids import IdError, check_host_id, process_id, process_name
+
+from .msgids import ID_SPACE
 
 
 class RequestError(ValueError):
@@ -65,7 +67,30 @@ class Ping:
     pass
 
 
-Request = Hello | Send | Recv | Confirm | Cancel | Status | Ping
+@dataclass(frozen=True)
+class Ref:
+    """A message as the operator names it (`mccs queue`): `AA/12`, origin host and MSG_ID; `12`,
+    a MSG_ID of this host's own; `#57`, its place in the checkpoint (seq), which is never
+    ambiguous and also names a SEND waiting on WAIT_LIST, which has no MSG_ID yet."""
+    text: str
+    origin: str | None = None  # None: this host
+    msg_id: int = 0
+    seq: int = 0
+
+
+QUEUE_ACTIONS = ("list", "show", "hold", "release", "purge")
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The operator's look at and changes to the lists (`mccs queue`)."""
+    action: str
+    ref: Ref | None = None
+    to: str = ""  # purge: every message for this host
+    older_than: float | None = None  # purge: every message stored more than this many seconds ago
+
+
+Request = Hello | Send | Recv | Confirm | Cancel | Status | Ping | Queue
 NAMED = (Send, Recv, Confirm, Cancel)  # need a process name (hello) first
 
 
@@ -154,9 +179,52 @@ def _recv(req: dict) -> Recv:
                 _seconds(req, "timeout"))
 
 
+def parse_ref(text: str) -> Ref:
+    """`AA/12`, `12` or `#57` (see Ref); RequestError for anything else."""
+    host, slash, number = text[:2], text[2:3], text[3:]
+    if slash == "/" and number.isdigit() and check_host(host):
+        ref = Ref(text, host, msg_id=int(number))
+    elif text[:1] == "#" and text[1:].isdigit():
+        ref = Ref(text, seq=int(text[1:]))
+    elif text.isdigit():
+        ref = Ref(text, msg_id=int(text))
+    else:
+        raise RequestError("bad_id", f"message id {text!r} is not ORIGIN/MSG_ID (e.g. AA/12), MSG_ID (this "
+                                     "host's own) or #SEQ (its place in the checkpoint, as 'mccs queue list' shows)")
+    if not (1 <= ref.msg_id <= ID_SPACE or 1 <= ref.seq < 1 << 63):
+        raise RequestError("bad_id", f"message id {text!r}: a MSG_ID is 1 to {ID_SPACE}, a #SEQ at least 1")
+    return ref
+
+
+def check_host(host: str) -> bool:
+    try:
+        return bool(check_host_id(host))
+    except IdError:
+        return False
+
+
+def _queue(req: dict) -> Queue:
+    action = _field(req, "action", str, required=True)
+    if action not in QUEUE_ACTIONS:
+        raise RequestError("bad_request", f"unknown queue action {action!r} ({', '.join(QUEUE_ACTIONS)})")
+    text, to = _field(req, "msg", str), _field(req, "to", str, "")
+    ref = parse_ref(text) if text is not None else None
+    if to and not check_host(to):
+        raise RequestError("bad_id", f"to: {to!r} is not a host id (2 printable characters, no blank)")
+    op = Queue(action, ref, to, _seconds(req, "older_than"))
+    filters = bool(op.to) or op.older_than is not None
+    if action == "list" and (ref or filters):
+        raise RequestError("bad_request", "list takes no message id, to or older_than")
+    if action in ("show", "hold", "release") and (ref is None or filters):
+        raise RequestError("bad_request", f"{action} takes one message id (msg) and nothing else")
+    if action == "purge" and (ref is None) == (not filters):
+        raise RequestError("bad_request", "purge takes one message id (msg), or to and/or older_than")
+    return op
+
+
 def _confirm(req: dict) -> Confirm:
     return Confirm(_field(req, "rid", int, required=True))
 
 
 _PARSERS = {"hello": _hello, "send": _send, "recv": _recv, "confirm": _confirm,
-            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": lambda req: Ping()}
+            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": lambda req: Ping(), "queue": _queue}
