@@ -249,27 +249,14 @@ class Checkpoint:
         with self.conn:  # progress of blocks that left SEND_LIST another way (expired) is forgotten
             q(f"DELETE FROM {Table.SEND_ACKED} WHERE seq NOT IN (SELECT seq FROM {Table.SEND_LIST})")
 
-        def rows(table: Table) -> list[Row]:
-            """Texts in TEXTS stay in the file: a Stored stands for them."""
-            acked = f"(SELECT acked FROM {Table.SEND_ACKED} a WHERE a.seq = t.seq)"
-            size = f"(SELECT length(data) FROM {Table.TEXTS} x WHERE x.id = t.text)"
-            out = []
-            for *r, text, size in q(f"SELECT {', '.join(MSGBLOK_COLUMNS)}, coalesce({acked}, 0), text, {size} "
-                                    f"FROM {table} t ORDER BY seq"):
-                row = Row(*r)
-                out.append(dataclasses.replace(row, data=Stored(text, size, row.crc)) if text else row)
-            return out
-
         def keys(table: Table) -> list[tuple[str, int]]:
             return [(h, m) for h, m in q(f"SELECT host, msg_id FROM {table} ORDER BY seq")]
-        waiting = [PendingSend(*r) for r in q(f"SELECT {', '.join(WAITING_COLUMNS)} FROM {Table.WAIT_LIST} "
-                                              "ORDER BY seq")]
         meta = dict(q(f"SELECT key, value FROM {Table.META}").fetchall())
-        return Restored(rows(Table.SEND_LIST), rows(Table.RECV_LIST), waiting, int(meta["next_msg_id"]),
-                        int(meta["next_seq"]), keys(Table.DUP_WINDOW), keys(Table.SENT_WINDOW), meta["epoch"],
+        return Restored(_rows(self.conn, Table.SEND_LIST), _rows(self.conn, Table.RECV_LIST), _waiting(self.conn),
+                        int(meta["next_msg_id"]), int(meta["next_seq"]), keys(Table.DUP_WINDOW),
+                        keys(Table.SENT_WINDOW), meta["epoch"],
                         [h for (h,) in q(f"SELECT host FROM {Table.KNOWN_HOSTS} ORDER BY host")],
-                        dict(q(f"SELECT dest, next FROM {Table.PAIR_OUT}").fetchall()),
-                        {o: (e, n) for o, e, n in q(f"SELECT origin, epoch, expect FROM {Table.PAIR_IN}")},
+                        dict(q(f"SELECT dest, next FROM {Table.PAIR_OUT}").fetchall()), _pairs_in(self.conn),
                         q(f"SELECT id, origin, msg_id, to_id, total, crc, got, run, ts FROM {Table.PARTIALS}").fetchall(),
                         q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall())
 
@@ -330,15 +317,60 @@ class Checkpoint:
             os.close(self._lock_fd)
 
 
-def read_only_summary(path: str | os.PathLike) -> dict:
-    """List lengths straight from the file, for `mccs status` while the daemon is down."""
-    uri = f"file:{Path(path).resolve()}?mode=ro"
+def _rows(conn: sqlite3.Connection, table: Table) -> list[Row]:
+    """A list's blocks in order. Texts in TEXTS stay in the file: a Stored stands for them."""
+    acked = f"(SELECT acked FROM {Table.SEND_ACKED} a WHERE a.seq = t.seq)"
+    size = f"(SELECT length(data) FROM {Table.TEXTS} x WHERE x.id = t.text)"
+    out = []
+    for *r, text, size in conn.execute(f"SELECT {', '.join(MSGBLOK_COLUMNS)}, coalesce({acked}, 0), text, {size} "
+                                       f"FROM {table} t ORDER BY seq"):
+        row = Row(*r)
+        out.append(dataclasses.replace(row, data=Stored(text, size, row.crc)) if text else row)
+    return out
+
+
+def _waiting(conn: sqlite3.Connection) -> list[PendingSend]:
+    return [PendingSend(*r) for r in conn.execute(f"SELECT {', '.join(WAITING_COLUMNS)} FROM {Table.WAIT_LIST} "
+                                                  "ORDER BY seq")]
+
+
+def _pairs_in(conn: sqlite3.Connection) -> dict[str, tuple[str, int]]:
+    return {o: (e, n) for o, e, n in conn.execute(f"SELECT origin, epoch, expect FROM {Table.PAIR_IN}")}
+
+
+@contextlib.contextmanager
+def _read_only(path: str | os.PathLike):
+    """The file opened read-only (the daemon is down: nothing is migrated or written)."""
     try:
-        conn = sqlite3.connect(uri, uri=True)
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
         try:
-            count = lambda t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: E731
-            return {"send": count(Table.SEND_LIST), "recv": count(Table.RECV_LIST), "wait": count(Table.WAIT_LIST)}
+            yield conn
         finally:
             conn.close()
     except sqlite3.Error as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e}") from None
+
+
+def read_only_summary(path: str | os.PathLike) -> dict:
+    """List lengths straight from the file, for `mccs status` while the daemon is down."""
+    with _read_only(path) as conn:
+        count = lambda t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: E731
+        return {"send": count(Table.SEND_LIST), "recv": count(Table.RECV_LIST), "wait": count(Table.WAIT_LIST)}
+
+
+@dataclass
+class Lists:
+    """The lists as last committed, read without a daemon (`mccs queue` while it is down)."""
+    send_list: list[Row]
+    recv_list: list[Row]
+    wait_list: list[PendingSend]
+    pairs_in: dict[str, tuple[str, int]]  # origin host -> (epoch, expected pseq): which arrivals wait for order
+
+
+def read_only_lists(path: str | os.PathLike) -> Lists:
+    with _read_only(path) as conn:
+        version = conn.execute(f"SELECT value FROM {Table.META} WHERE key = 'schema_version'").fetchone()
+        if version is None or version[0] != str(SCHEMA_VERSION):
+            raise CheckpointError(f"checkpoint {path} has schema version {version and version[0]!r}, not "
+                                  f"{SCHEMA_VERSION}: start the daemon once to bring it up to date, then look again")
+        return Lists(_rows(conn, Table.SEND_LIST), _rows(conn, Table.RECV_LIST), _waiting(conn), _pairs_in(conn))

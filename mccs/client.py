@@ -343,6 +343,11 @@ class Client:
     def status(self) -> dict:
         return self._call(lambda: {"op": "status"})["status"]
 
+    def queue(self, action: str, **keys) -> dict:
+        """The operator's request on the lists (`mccs queue`: list, show, hold, release, purge), and
+        the daemon's reply; refused ones raise Refused (code bad_id, not_purged, bad_request)."""
+        return self._call(lambda: {"op": "queue", "action": action, **keys})
+
     def ping(self) -> float:
         """Round-trip time to the daemon, in seconds."""
         t0 = time.monotonic()

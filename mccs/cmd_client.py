@@ -64,9 +64,14 @@ def add_recv_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
     _common(p, name=False)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (with --watch: a line of JSON "
+                                                       "a second)")
     p.add_argument("--timeout", type=_seconds, default=GRACE,
                    help=f"seconds the daemon has to answer (default {GRACE:g}); then exit 3")
+    p.add_argument("--watch", action="store_true",
+                   help="a live view, redrawn every second like top: each line's state, rates in and out, window "
+                        "use, retransmissions in the last minute, the message in transfer; list lengths; the "
+                        "oldest waiting message per destination. Ctrl-C ends it")
 
 
 def _fail(code: int, message: str) -> int:
@@ -157,6 +162,9 @@ def run_recv(args) -> int:
 def run_status(args) -> int:
     if not args.config:
         raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
+    if args.watch:
+        from .watch import run_watch
+        return run_watch(args)
     try:
         with Client(args.config, None, connect_timeout=1.0, grace=args.timeout) as client:
             status = client.status()
@@ -195,7 +203,7 @@ def _print_status(s: dict) -> None:
     print(f"WAIT_LIST {lists['wait']}  SEND_LIST {lists['send']}  RECV_LIST {lists['recv']}")
     for line in s["lines"]:
         extra = "  ".join(f"{k} {v}" for k, v in line.items()
-                          if k not in ("peer", "protocol", "state", "counters", "transfer"))
+                          if k not in ("peer", "protocol", "state", "counters", "transfer", "in_flight"))
         print(f"line {line['peer']} {line['protocol']:5} {line['state']:10} {extra}")
         if line.get("transfer"):
             print(f"  sending {transfer_text(line['transfer'])}")
@@ -214,6 +222,22 @@ def _print_status(s: dict) -> None:
 
 def _mib(n: float) -> str:
     return f"{n / (1 << 20):.2f} MiB"
+
+
+def size_text(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def age_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= scale:
+            return f"{seconds / scale:.1f}{unit}"
+    return f"{max(0.0, seconds):.0f}s"
 
 
 def transfer_text(t: dict) -> str:

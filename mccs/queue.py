@@ -18,7 +18,8 @@ import logging
 from typing import Iterator
 
 from checkpoint import changes as ch
-from checkpoint.changes import PendingSend, Row, Table
+from checkpoint import store
+from checkpoint.changes import Table
 
 from .dispatcher import answer
 from .effects import Effects
@@ -81,19 +82,18 @@ def select(ref: Ref, host: str, found: list[tuple[dict, Item]]) -> tuple[dict, I
     return hits[0]
 
 
-def from_checkpoint(host: str, send: list[Row], recv: list[Row], waiting: list[PendingSend],
-                    pairs_in: dict[str, tuple[str, int]], wall: float) -> list[tuple[dict, Item]]:
+def from_checkpoint(lists: store.Lists, wall: float) -> list[tuple[dict, Item]]:
     """The entries as the checkpoint holds them, for `mccs queue` while the daemon is down: what
     only the running daemon knows (in flight, too large, handed) is not there."""
-    pairs = PairsIn(pairs_in)
+    pairs = PairsIn(lists.pairs_in)
     out = []
-    for p in waiting:
+    for p in lists.wait_list:
         prq = PRQBLOK.restored(p)
         out.append((entry(prq, "WAIT_LIST", "waiting", wall), prq))
-    for row in send:
+    for row in lists.send_list:
         blk = MSGBLOK.from_row(row)
         out.append((entry(blk, "SEND_LIST", "held" if blk.held else "waiting", wall), blk))
-    for row in recv:
+    for row in lists.recv_list:
         blk = MSGBLOK.from_row(row)
         out.append((entry(blk, "RECV_LIST", "held for order" if pairs.is_held(blk) else "waiting", wall), blk))
     return out

@@ -227,4 +227,5 @@ def _confirm(req: dict) -> Confirm:
 
 
 _PARSERS = {"hello": _hello, "send": _send, "recv": _recv, "confirm": _confirm,
-            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": lambda req: Ping(), "queue": _queue}
+            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": lambda req: Ping(),
+            "queue": _queue}

@@ -1,0 +1,159 @@
+"""`mccs queue` and `mccs status --watch` against real daemon processes over a real
+pseudo-terminal line (vserial), run as a user runs them: `mccs` in a child process."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import mccs
+from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
+from mccs.testbed.loopback import timers
+from mccs.testbed.vserial import Lines
+
+BAUD = 115200
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """Hosts AA and BB joined by one vserial line, both running."""
+    vl = Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD).__enter__()
+    keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+    a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}]))
+    b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}]))
+    try:
+        yield a.start(), b.start()
+    finally:
+        a.stop()
+        b.stop()
+        vl.close()
+
+
+def _queue(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess:
+    return mccs_cli("queue", *args, "-c", str(daemon.config), timeout=30)
+
+
+def _entries(daemon: DaemonProcess) -> dict[str, dict]:
+    done = _queue(daemon, "list", "--json")
+    assert done.returncode == 0, done.stderr
+    return {e["id"]: e for e in json.loads(done.stdout)["entries"]}
+
+
+def _line(daemon: DaemonProcess, state: str, timeout: float = 20.0) -> None:
+    with mccs.connect(daemon.config, None) as c:
+        deadline = time.monotonic() + timeout
+        while c.status()["lines"][0]["state"] != state:
+            assert time.monotonic() < deadline, f"the line of {daemon.cfg.id} is not {state}"
+            time.sleep(0.05)
+
+
+@pytest.mark.timeout(150)
+def test_queue_on_a_running_and_a_stopped_daemon_hold_release_and_purge_change_what_arrives(pair):
+    a, b = pair
+    b.stop()  # what AA sends waits on its SEND_LIST
+    _line(a, "DOWN")
+    with mccs.connect(a.config, "P") as p:
+        first, held, purged = (p.send("BBR", text) for text in (b"first", b"held", b"purged"))
+        listed = _queue(a, "list")
+        assert listed.returncode == 0 and f"AA/{held}" in listed.stdout and "SEND_LIST" in listed.stdout
+        assert _entries(a)[f"AA/{held}"]["state"] == "waiting"
+
+        done = _queue(a, "hold", f"AA/{held}")
+        assert done.returncode == 0 and "held" in done.stdout, done.stderr
+        done = _queue(a, "purge", str(purged))  # a bare MSG_ID: this host's own
+        assert done.returncode == 0 and f"AA/{purged}: purged" in done.stdout, done.stderr
+        notice = p.recv(from_id="AAMCCS", user_id=purged, timeout=10)
+        about = json.loads(notice.data)
+        assert about["notice"] == "undeliverable" and about["msg_id"] == purged
+        assert "purged by the operator at AA" in about["reason"]
+
+        for args, words in ((("show", "AA/9999"), "no message AA/9999"), (("show", "A-12"), "is not ORIGIN/MSG_ID"),
+                            (("purge", "--older-than", "5 parsecs"), "is not a duration"),
+                            (("purge",), "purge takes one ID"), (("hold", "#99999"), "no message #99999"),
+                            (("release", "AA/0"), "1 to 65535")):
+            done = _queue(a, *args)
+            assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
+        assert a.running and p.ping() < 5  # bad requests never hurt the daemon
+
+    a.restart()  # kill -9 and a start: the hold is in the checkpoint
+    assert _entries(a)[f"AA/{held}"]["state"] == "held"
+    a.stop()
+    listed = _queue(a, "list")  # the daemon is down: read from the checkpoint, and said so
+    assert listed.returncode == 0 and "read from the checkpoint" in listed.stdout
+    assert f"AA/{held}" in listed.stdout and "held" in listed.stdout and f"AA/{purged}" not in listed.stdout
+    shown = _queue(a, "show", f"AA/{held}", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["entry"]["preview"] == "held"
+    assert json.loads(shown.stdout)["source"].startswith("checkpoint")
+    done = _queue(a, "release", f"AA/{held}")
+    assert done.returncode == 3 and "goes through the running daemon" in done.stderr
+    assert _queue(a, "show", "AA/9999").returncode == 2
+
+    a.start()
+    b.start()
+    with mccs.connect(b.config, "R") as r:
+        got = r.recv(timeout=30)
+        assert (got.msg_id, got.data) == (first, b"first")
+        assert r.recv(timeout=3) is None  # the held one waits, the purged one is gone
+        assert _queue(a, "release", f"AA/{held}").returncode == 0
+        got = r.recv(timeout=30)
+        assert (got.msg_id, got.data) == (held, b"held")
+        assert r.recv(timeout=2) is None
+    assert _entries(a) == {}
+
+
+def _watch(daemon: DaemonProcess, *args: str, seconds: float = 2.5, stdout=subprocess.PIPE):
+    proc = subprocess.Popen([sys.executable, "-m", "mccs.cli", "status", "--watch", "-c", str(daemon.config), *args],
+                            stdout=stdout, stderr=subprocess.PIPE)
+    time.sleep(seconds)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    return proc
+
+
+@pytest.mark.timeout(90)
+def test_status_watch_refreshes_every_second_and_ctrl_c_ends_it(pair):
+    a, b = pair
+    _line(a, "UP")
+    with mccs.connect(a.config, "P") as p:
+        p.send("BBR", b"x" * 100)
+    proc = _watch(a)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    frames = [f for f in out.decode().split("\n\n\n") if f.strip()]  # not a terminal: frames a blank line apart
+    assert len(frames) >= 2 and all("host AA" in f and "RETX/MIN" in f for f in frames), out
+    assert "\033[" not in out.decode()
+    row = next(r for r in frames[1].splitlines() if r.startswith("BB "))
+    assert row.split()[2] == "UP" and row.split()[3].isdigit() and row.split()[4].isdigit()  # rates in the 2nd
+
+    proc = _watch(a, "--json")
+    out, err = proc.communicate(timeout=10)
+    frames = [json.loads(f) for f in out.decode().splitlines()]
+    assert proc.returncode == 0 and len(frames) >= 2
+    assert frames[0]["lines"][0]["rate_in"] is None and frames[1]["lines"][0]["rate_in"] >= 0
+    assert frames[1]["lines"][0]["retransmissions_last_minute"] >= 0 and "oldest_waiting" in frames[1]
+
+
+@pytest.mark.timeout(60)
+def test_status_watch_on_a_terminal_clears_the_screen_for_each_frame(pair):
+    a, b = pair
+    main, side = os.openpty()
+    proc = _watch(a, stdout=side)
+    os.close(side)
+    proc.wait(timeout=10)
+    out = b""
+    while select.select([main], [], [], 0.2)[0]:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the other side is closed and drained
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main)
+    assert proc.returncode == 0
+    assert out.count(b"\033[H\033[2J") >= 2 and out.count(b"host AA") >= 2
