@@ -13,7 +13,7 @@ import time
 from .client import GRACE, Client, DaemonUnreachable
 from .cmd_client import EXIT_OK, EXIT_UNREACHABLE, _common, _fail, _guard, _seconds, _Usage, age_text, size_text
 from .config import load
-from .requests import RequestError, check_host, parse_ref
+from .requests import LIST_MAX, RequestError, check_host, parse_ref
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 ID_HELP = "ORIGIN/MSG_ID (e.g. AA/12), a MSG_ID of this host's own, or #SEQ as 'mccs queue list' shows it"
@@ -49,8 +49,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     options.add_argument("--timeout", type=_seconds, default=GRACE,
                          help=f"seconds the daemon has to answer (default {GRACE:g}); then exit 3")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    sub.add_parser("list", parents=[options], help="every message on SEND_LIST, RECV_LIST and WAIT_LIST "
-                                                   "(read from the checkpoint if the daemon is down)")
+    listing = sub.add_parser("list", parents=[options], help="every message on SEND_LIST, RECV_LIST and WAIT_LIST "
+                                                             "(read from the checkpoint if the daemon is down)")
+    listing.add_argument("--limit", type=int, default=LIST_MAX, metavar="N",
+                         help=f"at most N entries (default and most: {LIST_MAX:,})")
     for action, text in (("show", "all about one message"),
                          ("hold", "no line takes it (or any more of it) until released; survives restarts"),
                          ("release", "a held message goes on (a purge waiting for its line is called off)")):
@@ -68,6 +70,10 @@ def run(args) -> int:
     if not args.config:
         raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
     keys = {"msg": args.id} if getattr(args, "id", None) else {}
+    if args.action == "list":
+        if not 1 <= args.limit <= LIST_MAX:
+            raise _Usage(f"--limit {args.limit} is not within 1..{LIST_MAX}")
+        keys["limit"] = args.limit
     if args.action == "purge":
         if (args.id is None) == (args.to is None and args.older_than is None):
             raise _Usage("purge takes one ID, or --to HOST and/or --older-than DURATION")
@@ -97,7 +103,7 @@ def _from_checkpoint(args, keys: dict) -> dict:
         raise _Usage(f"the daemon is not running, and {e}") from None
     reply = {"ok": True, "host": cfg.id, "source": f"checkpoint {cfg.checkpoint}"}
     if args.action == "list":
-        return {**reply, "entries": [e for e, _ in found]}
+        return {**reply, "entries": [e for e, _ in found[:keys["limit"]]], "more": max(0, len(found) - keys["limit"])}
     e, item = select(parse_ref(keys["msg"]), cfg.id, found)
     return {**reply, "entry": details(item, e)}
 
@@ -137,6 +143,8 @@ def _print_list(reply: dict) -> None:
     for r in rows:
         print("  ".join(c.rjust(w) if i in (1, 5, 6) else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
               .rstrip())
+    if reply["more"]:
+        print(f"... and {reply['more']:,} more (--limit N shows more)")
 
 
 def _field(key: str, value) -> str:

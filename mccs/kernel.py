@@ -34,8 +34,7 @@ from .receiver import MessageReceiver
 from .routing import RoutingTable
 from .segments import Blobs, Partial, Reassembly
 from .queue import Queue
-from .requests import NAMED, Cancel, Confirm, Hello, Ping, Recv, Request, RequestError, Send
-from .requests import Queue as QueueRequest
+from .requests import NAMED, Cancel, Confirm, Hello, Ping, QueueRequest, Recv, Request, RequestError, Send
 from .sessions import Creds, Session, Sessions
 
 log = logging.getLogger("mccs.kernel")

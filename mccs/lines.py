@@ -153,11 +153,14 @@ class Lines:
         return any(b is blk for lcb in self.lcbs.values() for b, _ in lcb.active)
 
     def let_go(self, blk: MSGBLOK) -> None:
-        """A block no line holds leaves its transfer in segments (it is purged or made a void)."""
+        """A block no line holds is given up by the Message-Sender (it is purged, or made a void): it has
+        no transfer in segments going, and is no longer the one too large for a peer."""
         blk.state, blk.line, blk.next_off = BlockState.QUEUED, None, blk.acked
         for lcb in self.lcbs.values():
             if lcb.transfer is not None and lcb.transfer.blk is blk:
                 lcb.transfer = None
+            if lcb.held is blk:
+                lcb.held = None
 
     # -- inputs from the shell ----------------------------------------------------------------
     def data(self, peer: str, data: bytes, now: float) -> None:

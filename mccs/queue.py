@@ -29,8 +29,7 @@ from .lists import MSGBLOK, PRQBLOK, BlockState, Lists
 from .msgids import MsgIds
 from .notices import Notices
 from .pairs import PairsIn
-from .requests import Queue as QueueOp
-from .requests import Ref, RequestError
+from .requests import QueueRequest, Ref, RequestError
 
 log = logging.getLogger("mccs.queue")
 
@@ -105,7 +104,7 @@ class Queue:
     def __init__(self, host: str, lists: Lists, lines: Lines, pairs_in: PairsIn, ids: MsgIds, notices: Notices):
         self.host, self.lists, self.lines, self.pairs_in, self.ids, self.notices = (host, lists, lines, pairs_in,
                                                                                      ids, notices)
-        self.ops: list[tuple[int, object, QueueOp]] = []  # (connection, request id, request)
+        self.ops: list[tuple[int, object, QueueRequest]] = []  # (connection, request id, request)
         self.purging: list[MSGBLOK] = []  # purged while a line held a piece of them: held until it is back
 
     def run(self, fx: Effects, wall: float) -> None:
@@ -145,21 +144,22 @@ class Queue:
         return select(ref, self.host, self.entries(wall))
 
     # -- the actions ------------------------------------------------------------------------------
-    def _list(self, op: QueueOp, fx: Effects, wall: float) -> dict:
-        return {"ok": True, "entries": [e for e, _ in self.entries(wall)]}
+    def _list(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
+        found = self.entries(wall)
+        return {"ok": True, "entries": [e for e, _ in found[:op.limit]], "more": max(0, len(found) - op.limit)}
 
-    def _show(self, op: QueueOp, fx: Effects, wall: float) -> dict:
+    def _show(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
         e, item = self._entry(op.ref, wall)
         return {"ok": True, "entry": details(item, e)}
 
-    def _hold(self, op: QueueOp, fx: Effects, wall: float) -> dict:
+    def _hold(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
         blk = self._on_send_list(op, wall, "held")
         self._set_held(blk, True, fx)
         note = "a piece of it is on the line now: that piece goes on, nothing more of it until released" \
             if self.lines.carrying(blk) else ""
         return {"ok": True, "entry": entry(blk, "SEND_LIST", self._send_state(blk), wall), "note": note}
 
-    def _release(self, op: QueueOp, fx: Effects, wall: float) -> dict:
+    def _release(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
         blk = self._on_send_list(op, wall, "released")
         note = "" if blk.held else "it was not held"
         if blk in self.purging:
@@ -168,7 +168,7 @@ class Queue:
         self._set_held(blk, False, fx)
         return {"ok": True, "entry": entry(blk, "SEND_LIST", self._send_state(blk), wall), "note": note}
 
-    def _on_send_list(self, op: QueueOp, wall: float, verb: str) -> MSGBLOK:
+    def _on_send_list(self, op: QueueRequest, wall: float, verb: str) -> MSGBLOK:
         e, item = self._entry(op.ref, wall)
         if e["list"] != "SEND_LIST":
             also = "; a SEND waiting for a buffer can be purged" if e["list"] == "WAIT_LIST" else ""
@@ -183,7 +183,7 @@ class Queue:
             fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, flags))
             log.info("%s: %s %s", self.host, "held" if on else "released", blk.name)
 
-    def _purge(self, op: QueueOp, fx: Effects, wall: float) -> dict:
+    def _purge(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
         if op.ref is not None:
             chosen = [self._entry(op.ref, wall)]
         else:

@@ -79,18 +79,20 @@ class Ref:
 
 
 QUEUE_ACTIONS = ("list", "show", "hold", "release", "purge")
+LIST_MAX = 100_000  # entries in one list reply: a reply stays a bounded piece of work for the daemon
 
 
 @dataclass(frozen=True)
-class Queue:
+class QueueRequest:
     """The operator's look at and changes to the lists (`mccs queue`)."""
     action: str
     ref: Ref | None = None
     to: str = ""  # purge: every message for this host
     older_than: float | None = None  # purge: every message stored more than this many seconds ago
+    limit: int = 0  # list: at most this many entries (0: LIST_MAX)
 
 
-Request = Hello | Send | Recv | Confirm | Cancel | Status | Ping | Queue
+Request = Hello | Send | Recv | Confirm | Cancel | Status | Ping | QueueRequest
 NAMED = (Send, Recv, Confirm, Cancel)  # need a process name (hello) first
 
 
@@ -203,7 +205,7 @@ def check_host(host: str) -> bool:
         return False
 
 
-def _queue(req: dict) -> Queue:
+def _queue(req: dict) -> QueueRequest:
     action = _field(req, "action", str, required=True)
     if action not in QUEUE_ACTIONS:
         raise RequestError("bad_request", f"unknown queue action {action!r} ({', '.join(QUEUE_ACTIONS)})")
@@ -211,7 +213,10 @@ def _queue(req: dict) -> Queue:
     ref = parse_ref(text) if text is not None else None
     if to and not check_host(to):
         raise RequestError("bad_id", f"to: {to!r} is not a host id (2 printable characters, no blank)")
-    op = Queue(action, ref, to, _seconds(req, "older_than"))
+    limit = _field(req, "limit", int, 0)
+    if not 0 <= limit <= LIST_MAX:
+        raise RequestError("bad_request", f"limit {limit} is not within 0..{LIST_MAX}")
+    op = QueueRequest(action, ref, to, _seconds(req, "older_than"), limit or LIST_MAX)
     filters = bool(op.to) or op.older_than is not None
     if action == "list" and (ref or filters):
         raise RequestError("bad_request", "list takes no message id, to or older_than")

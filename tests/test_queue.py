@@ -59,6 +59,8 @@ def test_list_and_show_tell_each_entry_of_the_three_lists(alone):
                                    "state": "waiting", "origin": "AA", "msg_id": remote}
     assert got[f"AA/{remote}"]["age"] == pytest.approx(3.0, abs=0.3)
     assert got[f"AA/{local}"]["list"] == "RECV_LIST" and got[f"AA/{local}"]["kind"] == "receipt"
+    limited = _queue(alone, "AA", "list", limit=1)
+    assert len(limited["entries"]) == 1 and limited["more"] == 1
     shown = _queue(alone, "AA", "show", msg=str(remote))["entry"]  # a bare MSG_ID: this host's own
     assert shown["preview"] == "to bb" and shown["id"] == f"AA/{remote}"
     assert _queue(alone, "AA", "show", msg=f"#{shown['seq']}")["entry"]["id"] == f"AA/{remote}"
@@ -72,8 +74,11 @@ def test_bad_ids_are_refused_clearly(alone):
         assert reply["code"] == "bad_id" and words in reply["error"], reply
     reply = anon.ask({"op": "queue", "action": "purge", "older_than": -1})
     assert reply["code"] == "bad_request" and "older_than" in reply["error"]
-    assert anon.ask({"op": "queue", "action": "purge"})["code"] == "bad_request"
-    assert anon.ask({"op": "queue", "action": "wipe"})["code"] == "bad_request"
+    for bad in ({"action": "purge"}, {"action": "wipe"}, {"action": 5}, {"action": "show", "msg": 12},
+                {"action": "purge", "to": "A"}, {"action": "purge", "msg": "AA/1", "to": "BB"},
+                {"action": "list", "limit": -1}, {"action": "purge", "older_than": True}):
+        reply = anon.ask({"op": "queue", **bad})
+        assert reply["code"] in ("bad_request", "bad_id") and not reply["ok"], (bad, reply)
     assert anon.ask({"op": "ping"})["ok"]
 
 

@@ -2,10 +2,12 @@
 pseudo-terminal line (vserial), run as a user runs them: `mccs` in a child process."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,19 +22,25 @@ from mccs.testbed.vserial import Lines
 BAUD = 115200
 
 
-@pytest.fixture
-def pair(tmp_path):
-    """Hosts AA and BB joined by one vserial line, both running."""
+@contextlib.contextmanager
+def _pair(tmp_path, **host_keys):
+    """Hosts AA and BB joined by one vserial line, both running; stopped at the end."""
     vl = Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD).__enter__()
     keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
-    a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}]))
-    b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}]))
+    a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}], **host_keys))
+    b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}], **host_keys))
     try:
         yield a.start(), b.start()
     finally:
         a.stop()
         b.stop()
         vl.close()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    with _pair(tmp_path) as daemons:
+        yield daemons
 
 
 def _queue(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess:
@@ -157,3 +165,36 @@ def test_status_watch_on_a_terminal_clears_the_screen_for_each_frame(pair):
     os.close(main)
     assert proc.returncode == 0
     assert out.count(b"\033[H\033[2J") >= 2 and out.count(b"host AA") >= 2
+
+
+@pytest.mark.timeout(150)
+def test_purging_a_large_message_in_transfer_corrupts_nothing(tmp_path):
+    with _pair(tmp_path, max_message=4 << 20) as (a, b):
+        _line(a, "UP")
+        with mccs.connect(a.config, "P") as p, mccs.connect(b.config, "R") as r:
+            msg_id = p.send("BBR", os.urandom(1 << 20))
+            deadline = time.monotonic() + 30
+            while not ((t := p.status()["lines"][0]["transfer"]) and t["bytes"] > 50_000):
+                assert time.monotonic() < deadline, "the transfer did not start"
+                time.sleep(0.1)
+            done = _queue(a, "purge", f"AA/{msg_id}")
+            assert done.returncode == 0 and f"AA/{msg_id}: purg" in done.stdout, done.stderr
+            about = json.loads(p.recv(from_id="AAMCCS", user_id=msg_id, timeout=20).data)
+            assert about["notice"] == "undeliverable"
+            assert _entries(a) == {}
+            after = p.send("BBR", b"next")  # the line goes on
+            got = r.recv(timeout=30)
+            assert (got.msg_id, got.data) == (after, b"next")  # the purged one never arrives
+            assert r.recv(timeout=2) is None
+        a.stop()
+        b.stop()
+        for daemon in (a, b):
+            conn = sqlite3.connect(daemon.cfg.checkpoint)
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert conn.execute("SELECT count(*) FROM send_list").fetchone()[0] == 0
+            conn.close()
+        a.start()  # both come back and carry on
+        b.start()
+        with mccs.connect(a.config, "P") as p, mccs.connect(b.config, "R") as r:
+            again = p.send("BBR", b"after the restart")
+            assert r.recv(timeout=30).msg_id == again
