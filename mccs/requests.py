@@ -89,7 +89,7 @@ class QueueRequest:
     ref: Ref | None = None
     to: str = ""  # purge: every message for this host
     older_than: float | None = None  # purge: every message stored more than this many seconds ago
-    limit: int = 0  # list: at most this many entries (0: LIST_MAX)
+    limit: int = LIST_MAX  # list: at most this many entries
 
 
 Request = Hello | Send | Recv | Confirm | Cancel | Status | Ping | QueueRequest

@@ -86,7 +86,8 @@ def _sending(line: dict) -> str:
     t = line.get("transfer")
     if t and t["bytes"] < t["total"]:
         return transfer_text(t)
-    return ", ".join(line["in_flight"]) or "-"
+    ids = line["in_flight"]
+    return ", ".join(ids[:3]) + (f" +{len(ids) - 3}" if len(ids) > 3 else "") if ids else "-"
 
 
 def _rate(value: float | None) -> str:
