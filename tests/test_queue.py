@@ -227,3 +227,23 @@ def test_recent_counts_what_a_counter_grew_in_the_last_minute():
     assert Recent().increase(5, 3) == 0
     r.sample(71, 0)  # a fresh machine after the port was lost: never negative
     assert r.increase(71, 0) == 0
+
+
+def test_a_message_the_line_holds_is_purged_when_the_line_gives_it_back(pair):
+    aa = pair["AA"]
+    pair.run(lambda: aa.kernel.lines["BB"].state is LineState.UP)
+    del pair.hosts["BB"]  # BB falls silent: what AA hands its line stays unacknowledged
+    p = pair.client("AA", "P")
+    kept, purged = p.send("BBR", b"kept")["msg_id"], p.send("BBR", b"purged")["msg_id"]
+    pair.run(lambda: aa.kernel.lines.carrying(next(iter(aa.kernel.lists.send))), duration=5)
+    assert _queue(pair, "AA", "purge", msg=str(kept))["pending"] == [f"AA/{kept}"]
+    assert _queue(pair, "AA", "release", msg=str(kept))["note"].startswith("its purge")  # called off
+    assert _queue(pair, "AA", "purge", msg=str(purged))["pending"] == [f"AA/{purged}"]
+    assert _entries(pair, "AA")[f"AA/{purged}"]["state"] == "purging"
+    assert _queue(pair, "AA", "purge", msg=str(purged))["code"] == "not_purged"
+    assert pair.run(lambda: aa.kernel.lines["BB"].state is not LineState.UP, duration=60)
+    assert pair.run(lambda: _notice(p, "AA"), duration=5)["msg_id"] == purged
+    left = _entries(pair, "AA")
+    assert left[f"AA/{kept}"]["state"] == "waiting" and left[f"AA/{kept}"]["size"] == 4
+    # it had left on a routing line with its end-to-end number: a void keeps its place for BB's order
+    assert (left[f"AA/{purged}"]["kind"], left[f"AA/{purged}"]["size"]) == ("void", 0)

@@ -87,6 +87,11 @@ def test_queue_on_a_running_and_a_stopped_daemon_hold_release_and_purge_change_w
                             (("release", "AA/0"), "1 to 65535")):
             done = _queue(a, *args)
             assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
+        with mccs.connect(a.config, None) as admin:  # straight on the socket, past the command's checks
+            for keys in ({"msg": "zz"}, {"msg": 7.5}, {"older_than": "soon"}, {"to": "B B C"}, {"limit": True}):
+                with pytest.raises(mccs.client.Refused) as refused:
+                    admin.queue("purge", **keys)
+                assert refused.value.code in ("bad_id", "bad_request"), keys
         assert a.running and p.ping() < 5  # bad requests never hurt the daemon
 
     a.restart()  # kill -9 and a start: the hold is in the checkpoint
