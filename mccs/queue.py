@@ -192,7 +192,7 @@ class Queue:
                       and (op.older_than is None or (e["age"] is not None and e["age"] > op.older_than))]
         done: dict[str, list] = {"purged": [], "pending": [], "skipped": []}
         for e, item in chosen:
-            why = self._cannot_purge(e, item)
+            why = self._cannot_purge(e)
             if why and op.ref is not None:
                 raise RequestError("not_purged", f"{op.ref.text} is not purged: {why}")
             if why:
@@ -201,7 +201,7 @@ class Queue:
                 done[self._purge_one(e, item, fx, wall)].append(e["id"])
         return {"ok": True, **done}
 
-    def _cannot_purge(self, e: dict, item: Item) -> str:
+    def _cannot_purge(self, e: dict) -> str:
         if e["id"] == "-":
             return "a SEND waiting for a buffer, not yet in the checkpoint: it gets its #SEQ in a moment"
         if e["kind"] == "void":
