@@ -25,7 +25,7 @@ def run_watch(args) -> int:
         while True:
             start = time.monotonic()
             try:
-                client = client or Client(args.config, None, connect_timeout=1.0, reconnect_timeout=1.0,
+                client = client or Client(args.config, None, connect_timeout=0.2, reconnect_timeout=1.0,
                                           grace=args.timeout)
                 status = with_rates(client.status(), prev, start)
                 prev = (start, status)

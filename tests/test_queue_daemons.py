@@ -150,6 +150,11 @@ def test_status_watch_refreshes_every_second_and_ctrl_c_ends_it(pair):
     assert frames[0]["lines"][0]["rate_in"] is None and frames[1]["lines"][0]["rate_in"] >= 0
     assert frames[1]["lines"][0]["retransmissions_last_minute"] >= 0 and "oldest_waiting" in frames[1]
 
+    a.stop()  # a daemon that stops is waited for, a frame a second
+    proc = _watch(a, seconds=3.0)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0 and out.decode().count("the daemon does not answer") >= 2, (out, err)
+
 
 @pytest.mark.timeout(60)
 def test_status_watch_on_a_terminal_clears_the_screen_for_each_frame(pair):
