@@ -3,7 +3,8 @@ the Deframer that cuts the received byte stream into checked frames.
 
 A frame is `7E | KIND | SEQ | ACK | body | FCS | 7E`, byte-stuffed, FCS = CRC-16/X-25 over KIND..body,
 low byte first; with FEAT=FCS32 agreed, a frame whose body is longer than LONG_BODY carries a CRC-32
-instead (docs/PROTOCOL.md). On a line with a secret the body of D A N B P O ends with an
+instead (docs/PROTOCOL.md); with FEAT=FEC agreed, a long D frame may go as an F frame, the same
+content with Reed-Solomon parity (async_fec.py). On a line with a secret the body of D A N B P O ends with an
 authentication trailer (auth.py, docs/PROTOCOL.md); to this module it is part of the body.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple
 
+from . import async_fec
 from .auth import NONCE_SIZE
 from .crc import crc32, le16, x25
 from .ids import IdError, check_host_id
@@ -24,6 +26,9 @@ SEALED = frozenset("DANBRPO")
 SREJ = "SREJ"
 #: The sign-on feature of CRC-32 for long frames: CRC-16 misses too much damage in a few kilobytes.
 FCS32 = "FCS32"
+#: The sign-on feature of forward error correction: long D frames may go as F frames (async_fec.py),
+#: and A and B carry how many bytes the receiver mended, so the sender knows the line's damage.
+FEC = "FEC"
 #: With FCS32 agreed, a body (after KIND SEQ ACK, trailer included) longer than this gets CRC-32.
 LONG_BODY = 256
 #: Bytes escaped as ESC, byte ^ 0x20. ESC must come first so its own escapes are not re-escaped.
@@ -62,8 +67,12 @@ def unstuff(data: bytes) -> bytes | None:
 
 
 def encode_frame(kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
-                 special: tuple[int, ...] = STUFFED, fcs32: bool = False) -> bytes:
-    """One complete frame with flags, FCS and stuffing; `fcs32`: FCS32 was agreed."""
+                 special: tuple[int, ...] = STUFFED, fcs32: bool = False, fec: bool = False) -> bytes:
+    """One complete frame with flags, FCS and stuffing; `fcs32`: FCS32 was agreed; `fec`: a D frame
+    goes as an F frame (FEC agreed), always with a CRC-32."""
+    if fec:
+        content = bytes((async_fec.KIND, seq, ack)) + body
+        return b"\x7e" + stuff(async_fec.protect(content + crc32(content).to_bytes(4, "little")), special) + b"\x7e"
     content = bytes((ord(kind), seq, ack)) + body
     fcs = crc32(content).to_bytes(4, "little") if fcs32 and len(body) > LONG_BODY else le16(x25(content))
     return b"\x7e" + stuff(content + fcs, special) + b"\x7e"
@@ -120,20 +129,22 @@ class SignOn:
 
 class RxFrame(NamedTuple):
     """One flag-delimited chunk as received: `content` is KIND SEQ ACK body (FCS checked and
-    taken off), or None for a chunk dropped and counted (traced as `kind`, "?" when unknown)."""
+    taken off), or None for a chunk dropped and counted (traced as `kind`, "?" when unknown). An F
+    frame comes as the D frame it carries, with the bytes its parity `mended`."""
     kind: str
     nbytes: int  # on the wire, flags included
     content: bytes | None
+    mended: int = 0
 
 
 class Deframer:
     """Hunts for flags, unstuffs and checks frames; never raises. Bad input is counted in
     `counters` (the machine's dict): garbage, oversized, crc_errors, bad_frames. `fcs32` is set by
-    the machine while FCS32 is agreed."""
+    the machine while FCS32 is agreed, `fec` while FEC is."""
 
     def __init__(self, max_raw: int, counters: dict):
         self.max_raw, self.counters = max_raw, counters
-        self.fcs32 = False
+        self.fcs32 = self.fec = False
         self._rx = bytearray()  # bytes after the last flag
         self._hunting = True    # no flag seen since the last overrun (or ever)
 
@@ -173,6 +184,8 @@ class Deframer:
         if content is None or len(content) < 5:  # a fragment (noise made or hid a flag)
             self.counters["garbage"] += len(raw)
             return RxFrame("?", nbytes, None)
+        if self.fec and content[0] == async_fec.KIND:
+            return self._mend(content, nbytes)
         n = fcs_size(len(content), self.fcs32)
         check = crc32 if n == 4 else x25
         if not n or check(content[:-n]) != int.from_bytes(content[-n:], "little"):
@@ -182,3 +195,13 @@ class Deframer:
             self.counters["bad_frames"] += 1
             return RxFrame("?", nbytes, None)
         return RxFrame(chr(content[0]), nbytes, content[:-n])
+
+    def _mend(self, coded: bytes, nbytes: int) -> RxFrame:
+        """An F frame: the D frame it carries, mended by its parity if need be."""
+        found = async_fec.recover(coded, lambda c: crc32(c[:-4]) == int.from_bytes(c[-4:], "little"))
+        if found is None:
+            self.counters["crc_errors"] += 1
+            return RxFrame("D", nbytes, None)
+        content, mended = found
+        self.counters["fec_mended"] += mended
+        return RxFrame("D", nbytes, b"D" + content[1:-4], mended)

@@ -23,10 +23,10 @@ import logging
 from collections import deque
 from itertools import islice
 
-from .async_frames import (FCS32, FCS32_EXTRA, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED,
+from .async_frames import (FCS32, FCS32_EXTRA, FEC, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED,
                            Deframer, SignOn, encode_frame, stuff, unstuff)
 from .async_signon import AsyncSignOn
-from .async_sizing import LEAST_SEGMENT, ErrorRate, best_length
+from .async_sizing import LEAST_SEGMENT, ErrorRate, best_choice
 from .async_states import GIVE_UP, Await, State
 from .auth import TRAILER_SIZE, FrameAuth, Handshake
 from .events import FrameTraced, LineDown, LineEvent, MessageAcked, MessageReceived
@@ -50,7 +50,7 @@ class AsyncLine(AsyncSignOn):
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
                  retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None,
                  features: tuple[str, ...] = (), selective_repeat: bool = True, large: int = 0,
-                 fcs32: bool | None = None):
+                 fcs32: bool | None = None, fec: bool | None = None):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
@@ -66,16 +66,19 @@ class AsyncLine(AsyncSignOn):
             ("frames_tx", "frames_rx", "bytes_tx", "bytes_rx", "retransmissions", "naks", "timeouts",
              "crc_errors", "garbage", "duplicates", "signons", "rejects_tx", "out_of_window",
              "oversized", "bad_frames", "busy_drops", "ignored", "keepalives", "internal_errors",
-             "auth_failures", "reasks"), 0)
+             "auth_failures", "reasks", "fec_frames", "fec_mended"), 0)
         self.state = State.DOWN
         self._events: list = []
         self._out: list[bytes] = []
         self._now = 0.0
         self.secret = secret
-        # offered at sign-on; LineUp says which both ends offered. SREJ and FCS32 are this machine's
-        # own; FCS32 by default goes with SREJ (selective_repeat=False speaks DESIGN.md 4.1 as it was).
+        # offered at sign-on; LineUp says which both ends offered. SREJ, FCS32 and FEC are this
+        # machine's own; FCS32 and FEC by default go with SREJ (selective_repeat=False speaks
+        # DESIGN.md 4.1 as it was); FEC needs FCS32.
         fcs32 = selective_repeat if fcs32 is None else fcs32
-        self.features = tuple(features) + ((SREJ,) if selective_repeat else ()) + ((FCS32,) if fcs32 else ())
+        fec = fcs32 if fec is None else fec and fcs32
+        self.features = tuple(features) + tuple(name for name, on in ((SREJ, selective_repeat), (FCS32, fcs32),
+                                                                     (FEC, fec)) if on)
         self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
         self._deframer = Deframer(2 * (self._overhead + FCS32_EXTRA + HEADER_SIZE + max(max_message, 64)),
                                   self.counters)
@@ -108,6 +111,9 @@ class AsyncLine(AsyncSignOn):
         self._last_byte = self._now  # any byte from the line, even a damaged one
         self._sr = False         # selective repeat agreed at sign-on (FEAT=SREJ at both ends)
         self._fcs32 = self._deframer.fcs32 = False  # CRC-32 on long frames agreed (FEAT=FCS32 at both ends)
+        self._fec = self._deframer.fec = False  # F frames agreed (FEAT=FEC at both ends)
+        self._mended = 0       # bytes our parity checks mended this session (A and B say it, mod 256)
+        self._peer_mended = 0  # what the peer's last A or B said
         self._peer_frame = 0     # bytes of the longest frame heard this session
         self._recent: deque[int] = deque(maxlen=window)  # bytes of the last frames heard
         self._early: dict[int, bytes] = {}   # SEQ -> body received after a gap, kept for order
@@ -201,13 +207,18 @@ class AsyncLine(AsyncSignOn):
         segments: the length that carries the most at the line's recent error rate (async_sizing),
         at least LEAST_SEGMENT (or MAXMSG if smaller), at most the agreed MAXMSG (an image must
         fit one frame)."""
+        return self._choice()[0]
+
+    def _choice(self) -> tuple[int, bool]:
+        """The segment length and whether long D frames carry parity (F frames), as best for the
+        line's error rate; parity only with FEC agreed and once the line has shown damage."""
         overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
         if self._sr:  # a lost copy is asked for again after about a round trip (_reask)
             stall = lambda n: self._ask_wait_for(0, n) * self.baud / 10
         else:
             stall = lambda n: self._timeout_for(n) * self.baud / 10
-        return best_length(self._errors.rate, overhead, stall, 0 if self._sr else self._window - 1,
-                           min(LEAST_SEGMENT, self._maxmsg), self._maxmsg)
+        return best_choice(self._errors.rate, overhead, stall, 0 if self._sr else self._window - 1,
+                           min(LEAST_SEGMENT, self._maxmsg), self._maxmsg, self._fec and self._errors.observed)
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""
@@ -273,7 +284,9 @@ class AsyncLine(AsyncSignOn):
                     self.counters["rejects_tx"] += 1
                     self._emit("R", seq, self._rx_ack)
             elif self._ack_pending:
-                self._emit("B" if self._busy else "A", 0, self._rx_ack)
+                # with FEC, A and B say how many bytes our parity checks mended (docs/PROTOCOL.md)
+                mended = bytes((self._mended & 0xFF,)) if self._fec else b""
+                self._emit("B" if self._busy else "A", 0, self._rx_ack, mended)
             self._ack_pending = False
             self._ask_due.clear()
         if not self._out:
@@ -297,6 +310,9 @@ class AsyncLine(AsyncSignOn):
                 self._errors.failed()
                 self._trace_rx(frame.kind, frame.nbytes, False)
                 continue
+            if frame.mended:
+                self._mended += frame.mended
+                self._errors.failed(frame.mended)
             try:
                 self._frame_in(frame.kind, frame.content, frame.nbytes)
             except Exception:  # a bug must not take the daemon down: count, log, go on
@@ -309,7 +325,9 @@ class AsyncLine(AsyncSignOn):
         trailer = b""
         if seal and self._auth is not None and kind in SEALED:
             trailer = self._auth.seal(bytes((ord(kind), seq, ack)) + body)
-        frame = encode_frame(kind, seq, ack, body + trailer, self.special, self._fcs32)
+        fec = kind == "D" and self._fec and len(body) > LONG_BODY and self._choice()[1]
+        frame = encode_frame(kind, seq, ack, body + trailer, self.special, self._fcs32, fec)
+        self.counters["fec_frames"] += fec
         if kind == "D":  # its loss comes back as R, N or a timeout
             self._exposed(len(frame))
         self._out.append(frame)
@@ -415,6 +433,9 @@ class AsyncLine(AsyncSignOn):
             if kind == "P":
                 self._ack_pending = True
             else:
+                if kind in "AB" and self._fec and body:
+                    self._errors.failed((body[0] - self._peer_mended) & 0xFF)  # what the peer mended
+                    self._peer_mended = body[0]
                 self._ack_in(ack, kind, seq)
 
     def _trace_rx(self, kind: str, nbytes: int, ok: bool, seq: int | None = None,

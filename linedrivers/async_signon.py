@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 
-from .async_frames import FCS32, REFUSED, SREJ, SignOn
+from .async_frames import FCS32, FEC, REFUSED, SREJ, SignOn
 from .async_states import Await, State
 from .auth import INITIATOR, RESPONDER, Handshake, new_nonce
 from .events import LineUp, PeerRefused
@@ -74,6 +74,7 @@ class AsyncSignOn:
         agreed = frozenset(self.features) & frozenset(signon.features)
         self._sr = SREJ in agreed
         self._fcs32 = self._deframer.fcs32 = FCS32 in agreed
+        self._fec = self._deframer.fec = self._fcs32 and FEC in agreed
         large = min(self.large, signon.large) if self.large and signon.large else 0
         self._events.append(LineUp(self.peer, agreed, large))
 

@@ -15,11 +15,18 @@ and the useful share is
 Long frames waste little on overhead but fail more often, and each failure costs more; E peaks
 near sqrt(h/p) when stalls are rare (about 500 bytes at p = 1e-4), lower when the timer is long
 or with go-back-N. The peak is flat, so a rough p and a coarse search are good enough.
+
+With FEAT=FEC a frame may carry Reed-Solomon parity (async_fec.py): it grows by NSYM bytes in
+every codeword of CODEWORD, and fails only when a codeword has more than NSYM/2 damaged bytes,
+so q is far smaller and the best length far longer. best_choice() weighs both and says whether
+the parity pays: it does once the damage is above about one byte in a million.
 """
 from __future__ import annotations
 
 import math
 from typing import Callable
+
+from .async_fec import CODEWORD, NSYM, coded_size
 
 #: The smallest segment chosen (or MAXMSG if smaller): below it the overhead dominates and a
 #: window of 8 no longer covers a round trip at high baud.
@@ -37,7 +44,7 @@ class ErrorRate:
 
     Each failure is one damaged frame, so failures / bytes is p while frames mostly get through
     (low by about half a frame's chance of failing). When every frame fails it gives 1/length,
-    which best_length() turns into a much shorter length: a few frames later frames mostly get
+    which best_choice() turns into a much shorter length: a few frames later frames mostly get
     through, and the estimate is good again."""
 
     def __init__(self) -> None:
@@ -45,6 +52,7 @@ class ErrorRate:
         # frames only after it has carried some (segments cut too long go out as they are)
         self.bytes = 1000.0
         self.failures = 1.0
+        self.observed = False  # a real failure was seen: only then may parity be chosen
 
     def exposed(self, nbytes: int, frame: int) -> None:
         """A frame of `nbytes` went over the line (its fate may come later as failed());
@@ -53,25 +61,48 @@ class ErrorRate:
         self.bytes = self.bytes * keep + nbytes
         self.failures *= keep
 
-    def failed(self) -> None:
-        """A frame was damaged or lost."""
-        self.failures += 1
+    def failed(self, n: int = 1) -> None:
+        """A frame was damaged or lost (or the peer's parity mended `n` bytes)."""
+        self.failures += n
+        self.observed = self.observed or n > 0
 
     @property
     def rate(self) -> float:
         return min(0.5, self.failures / self.bytes)
 
 
-def best_length(p: float, overhead: int, stall: Callable[[int], float], behind: int, least: int,
-                most: int) -> int:
-    """The message length in least..most with the largest E(L) (module docstring), tried on a
-    geometric series; `stall(frame bytes)`: the byte times a reply timeout leaves the line idle;
-    `behind`: g, the frames sent again with a damaged one."""
-    def share(n: int) -> float:
-        q = -math.expm1(math.log1p(-p) * (n + overhead))
-        return n * (1 - q) / ((n + overhead) * (1 + q * behind) + q * q * stall(n + overhead))
+def best_choice(p: float, overhead: int, stall: Callable[[int], float], behind: int, least: int,
+                most: int, fec: bool = False) -> tuple[int, bool]:
+    """The message length in least..most, and whether to add parity (only if `fec`), with the
+    largest E(L) (module docstring), tried on a geometric series; `stall(frame bytes)`: the byte
+    times a reply timeout leaves the line idle; `behind`: g, the frames sent again with a damaged
+    one."""
+    log_ok = math.log1p(-p)
+    lost = _beyond(p, NSYM // 2) if fec else 1.0
+
+    def share(choice: tuple[int, bool]) -> float:
+        n, parity = choice
+        wire = n + overhead
+        if parity:
+            q = -math.expm1(math.log1p(-lost) * -(-wire // (CODEWORD - NSYM))) if lost < 1 else 1.0
+            wire = coded_size(wire)
+        else:
+            q = -math.expm1(log_ok * wire)
+        return n * (1 - q) / (wire * (1 + q * behind) + q * q * stall(wire))
     lengths, n = [most], least
     while n < most:
         lengths.append(n)
         n = max(n + 1, int(n * STEP))
-    return max(lengths, key=share)
+    return max(((n, parity) for parity in ((False, True) if fec else (False,)) for n in lengths), key=share)
+
+
+def _beyond(p: float, t: int) -> float:
+    """The chance that a codeword has more than `t` damaged bytes, each damaged with chance p: the
+    binomial tail, summed term by term from k = t + 1 until the terms no longer count."""
+    term = math.comb(CODEWORD, t + 1) * p ** (t + 1) * (1 - p) ** (CODEWORD - t - 1)
+    tail, k = 0.0, t + 1
+    while k <= CODEWORD and (term > 1e-12 * tail or k < p * CODEWORD):
+        tail += term
+        term *= (CODEWORD - k) / (k + 1) * p / (1 - p)
+        k += 1
+    return min(1.0, tail)

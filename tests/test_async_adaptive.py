@@ -171,7 +171,8 @@ def test_frames_behind_the_signon_in_the_same_bytes_are_checked_as_agreed():
 @pytest.mark.timeout(60)
 def test_segment_size_shrinks_under_noise_and_grows_back_on_a_clean_line():
     ch = Channel(3, ber=1.25e-4, baud=115200, latency=0.003)  # 1e-3 of the bytes damaged
-    h = up_pair(dict(max_message=4096, baud=115200), dict(max_message=4096, baud=115200), ch)
+    kw = dict(max_message=4096, baud=115200, fec=False)  # with parity long frames would pay (below)
+    h = up_pair(kw, kw, ch)
     m = h["a"].machine
     start = m.segment_size()
     assert 128 <= start < 4096  # a new line is not trusted with long frames yet
@@ -218,21 +219,75 @@ def test_segments_arrive_exactly_once_in_order_both_ways_under_noise(seed, secre
         assert max(ga.sizes) > 256 - 28  # long frames, so CRC-32 frames, went both ways
 
 
-def _efficiency(fixed: int | None, reply_timeout: float = 0.3, seed: int = 1) -> float:
+def _efficiency(fixed: int | None, reply_timeout: float = 0.3, seed: int = 1, fec: bool = False,
+                ber: float = 1.25e-5) -> tuple[float, Harness]:
     """Share of the line's byte times that carried MESSAGE bytes: 1 MiB from AA at 115200 baud,
-    1e-4 of the bytes damaged, MAXMSG 4096."""
-    kw = dict(max_message=4096, baud=115200, reply_timeout=reply_timeout)
-    h = up_pair(kw, kw, Channel(seed, ber=1.25e-5, baud=115200, latency=0.003))
+    1e-4 of the bytes damaged (ber 1.25e-5 a bit), MAXMSG 4096; and the harness."""
+    kw = dict(max_message=4096, baud=115200, reply_timeout=reply_timeout, fec=fec)
+    h = up_pair(kw, kw, Channel(seed, ber=ber, baud=115200, latency=0.003))
     t0, g = h.now, Segmenter("a", 1 << 20, fixed)
     g.run(h, 5000)
     h.result().check()
-    return (1 << 20) * 10 / 115200 / (h.now - t0)
+    assert b"".join(i[18:] for i in h["b"].received) == random.Random("0/a").randbytes(1 << 20)
+    return (1 << 20) * 10 / 115200 / (h.now - t0), h
 
 
 @pytest.mark.timeout(120)
 def test_adaptive_segments_beat_fixed_ones_on_a_noisy_line():
-    maxmsg, least, adaptive = _efficiency(4096), _efficiency(128), _efficiency(None)
+    (maxmsg, _), (least, _), (adaptive, _) = _efficiency(4096), _efficiency(128), _efficiency(None)
     assert adaptive > 1.5 * maxmsg and adaptive > least + 0.02
+
+
+# --- forward error correction (FEAT=FEC) ------------------------------------------------------
+@pytest.mark.timeout(180)
+def test_parity_mends_damaged_frames_and_carries_more_on_a_noisy_line():
+    plain, _ = _efficiency(None)
+    mended, h = _efficiency(None, fec=True)
+    a, b = h["a"].counters, h["b"].counters
+    assert a["fec_frames"] > 200 and b["fec_mended"] > 50  # about 100 damaged bytes in 1 MiB
+    assert a["retransmissions"] < 10 and mended > 0.94 and mended > plain + 0.05
+    assert h["a"].machine.segment_size() == 4096  # long frames: the parity makes them pay
+
+
+@pytest.mark.timeout(120)
+def test_a_clean_line_sends_no_parity():
+    share, h = _efficiency(None, fec=True, ber=0.0)
+    assert h["a"].counters["fec_frames"] == 0 and share > 0.97
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("damaged", [2, 3])
+def test_an_f_frame_is_mended_up_to_two_bytes_a_codeword(damaged):
+    m = signed_on(fec=True)  # the S offered no FEC: an F frame is damage (its end is parity, no FCS)
+    f = encode_frame("D", 0, 0, LONG, fcs32=True, fec=True)
+    m.receive_data(f, 1.0)
+    assert m.counters["crc_errors"] == 1 and not [e for e in m.events() if isinstance(e, MessageReceived)]
+    m = AsyncLine("BB", "AA", max_message=4096)
+    m.receive_data(encode_frame("S", body=SignOn("AA", 8, 4096, "0000abcd", features=("FCS32", "FEC")).encode()), 0.0)
+    hurt = bytearray(f)
+    for k in range(damaged):  # in the first codeword, after the flag and KIND SEQ ACK
+        hurt[10 + 40 * k] ^= 0x04
+    m.receive_data(bytes(hurt), 1.0)
+    got = [e.image for e in m.events() if isinstance(e, MessageReceived)]
+    if damaged == 2:
+        assert got == [LONG] and m.counters["fec_mended"] == 2
+        m.confirm()
+        ack = frames(m.data_to_send())[-1]  # A says what was mended: 2
+        assert ack[:4] == b"A\x00\x01\x02"
+    else:
+        assert got == [] and m.counters["crc_errors"] == 1
+
+
+@pytest.mark.timeout(10)
+def test_f_frame_byte_for_byte():
+    """As docs/PROTOCOL.md shows it: the D frame of test_fcs32 as an F frame."""
+    img = encode("BBQ", "AAP", 1, 0, bytes(240))
+    frame = encode_frame("D", 0, 0, img, fcs32=True, fec=True)
+    content = unstuff(frame[1:-1])
+    crc = zlib.crc32(b"F\x00\x00" + img).to_bytes(4, "little")
+    assert content == b"F\x00\x00" + img[:248] + bytes.fromhex("25 85 46 50") + img[248:] + crc \
+        + bytes.fromhex("97 aa 30 28")
+    assert crc == bytes.fromhex("2f da 0f df") and frame == b"\x7e" + content + b"\x7e"  # nothing to stuff
 
 
 @pytest.mark.timeout(120)
@@ -240,7 +295,7 @@ def test_adaptive_segments_beat_fixed_ones_on_a_noisy_line():
 def test_a_long_reply_timeout_costs_little_on_a_noisy_line(seed):
     """Lost copies and R are asked for again after about a round trip, so the default reply
     timeout of 3 s carries about as much as 0.3 s (before: 0.66 and 0.72 of the line)."""
-    assert _efficiency(None, reply_timeout=3.0, seed=seed) > 0.8
+    assert _efficiency(None, reply_timeout=3.0, seed=seed)[0] > 0.8
 
 
 # --- the reply timer of the frames in use ---------------------------------------------------
@@ -269,3 +324,19 @@ def test_a_long_frame_arriving_holds_the_reply_timer():
     assert m.counters["timeouts"] == 0 and m.next_deadline() > deadline + 5
     m.receive_data(long[3000:], deadline + 1.0)
     assert [e for e in m.events() if isinstance(e, MessageReceived)]
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_that_does_not_offer_fec_sees_the_line_unchanged():
+    """On the same noisy line, AA offering FEC to a BB that does not writes byte for byte what an
+    AA that never offered it writes: no F frames, no count in A."""
+    writes = {}
+    for offers in (True, False):
+        kw = dict(max_message=4096, baud=115200)
+        h = up_pair(dict(kw, fec=offers), dict(kw, fec=False), Channel(7, ber=1.25e-5, baud=115200))
+        wire_a, wire_b = tap(h, "a"), tap(h, "b")
+        Segmenter("a", 256 * 1024).run(h, 5000)
+        h.result().check()
+        writes[offers] = (b"".join(wire_a), b"".join(wire_b))
+        assert h["b"].counters["crc_errors"] and h["a"].counters["fec_frames"] == 0
+    assert writes[True] == writes[False]
