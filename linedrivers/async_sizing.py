@@ -17,9 +17,10 @@ near sqrt(h/p) when stalls are rare (about 500 bytes at p = 1e-4), lower when th
 or with go-back-N. The peak is flat, so a rough p and a coarse search are good enough.
 
 With FEAT=FEC a frame may carry Reed-Solomon parity (async_fec.py): it grows by NSYM bytes in
-every codeword of CODEWORD, and fails only when a codeword has more than NSYM/2 damaged bytes,
-so q is far smaller and the best length far longer. best_choice() weighs both and says whether
-the parity pays: it does once the damage is above about one byte in a million.
+every codeword of CODEWORD, and fails only when a codeword has more than NSYM/2 damaged bytes
+or the damage changed its length (UNMENDABLE), so q is far smaller and the best length far
+longer. best_choice() weighs both and says whether the parity pays: it does once the damage is
+above about one byte in a million.
 """
 from __future__ import annotations
 
@@ -32,9 +33,12 @@ from .async_fec import CODEWORD, NSYM, coded_size
 #: window of 8 no longer covers a round trip at high baud.
 LEAST_SEGMENT = 128
 #: How much evidence the estimate keeps: weights halve every this many frames of the size in use.
-MEMORY_FRAMES = 32
+MEMORY_FRAMES = 16
 #: Lengths tried: a geometric series this far apart (the peak of E is flat).
 STEP = 1.1
+#: The share of damaged bytes that parity cannot mend: damage that makes or unmakes a flag or an
+#: escape (2 of 256 byte values each) changes the frame's length, not just a byte of it.
+UNMENDABLE = 4 / 256
 
 
 class ErrorRate:
@@ -77,15 +81,15 @@ def best_choice(p: float, overhead: int, stall: Callable[[int], float], behind: 
     largest E(L) (module docstring), tried on a geometric series; `stall(frame bytes)`: the byte
     times a reply timeout leaves the line idle; `behind`: g, the frames sent again with a damaged
     one."""
-    log_ok = math.log1p(-p)
+    log_ok, log_cut = math.log1p(-p), math.log1p(-p * UNMENDABLE)
     lost = _beyond(p, NSYM // 2) if fec else 1.0
 
     def share(choice: tuple[int, bool]) -> float:
         n, parity = choice
         wire = n + overhead
         if parity:
-            q = -math.expm1(math.log1p(-lost) * -(-wire // (CODEWORD - NSYM))) if lost < 1 else 1.0
             wire = coded_size(wire)
+            q = -math.expm1(math.log1p(-lost) * -(-wire // CODEWORD) + log_cut * wire) if lost < 1 else 1.0
         else:
             q = -math.expm1(log_ok * wire)
         return n * (1 - q) / (wire * (1 + q * behind) + q * q * stall(wire))

@@ -246,7 +246,7 @@ def test_parity_mends_damaged_frames_and_carries_more_on_a_noisy_line():
     a, b = h["a"].counters, h["b"].counters
     assert a["fec_frames"] > 200 and b["fec_mended"] > 50  # about 100 damaged bytes in 1 MiB
     assert a["retransmissions"] < 10 and mended > 0.94 and mended > plain + 0.05
-    assert h["a"].machine.segment_size() == 4096  # long frames: the parity makes them pay
+    assert h["a"].machine.segment_size() > 2048  # long frames (about 600 without parity): they pay now
 
 
 @pytest.mark.timeout(120)
