@@ -86,6 +86,7 @@ class LineControlBlock:
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
+    features: tuple[str, ...] = ()  # what this sign-on agreed beyond DESIGN.md (FEAT= at both ends)
     transfer: Transfer | None = None  # the last message sent in segments, for status
     counters: collections.Counter = field(default_factory=collections.Counter)
     retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
@@ -102,7 +103,8 @@ class LineControlBlock:
     def status(self, now: float) -> dict:
         return {"peer": self.peer, "protocol": self.cfg.protocol, "state": str(self.state), "port": self.cfg.port,
                 "port_open": self.port_open, "baud": self.cfg.baud, "active": len(self.active),
-                "window": self.window, "routing": self.routed, "large": self.large, "last_down": self.last_down,
+                "window": self.window, "routing": self.routed, "large": self.large,
+                "features": list(self.features), "last_down": self.last_down,
                 "in_flight": list(dict.fromkeys(b.name for b, _ in self.active)),
                 "retransmissions_last_minute": self.retransmissions.increase(
                     now, self.machine.counters.get("retransmissions", 0)),
@@ -233,7 +235,7 @@ class Lines:
         elif isinstance(ev, LineUp):
             lcb.state, lcb.backoff = LineState.UP, BACKOFF_MIN
             lcb.counters["ups"] += 1
-            lcb.routed, lcb.told = ROUTE in ev.features, None
+            lcb.routed, lcb.told, lcb.features = ROUTE in ev.features, None, tuple(sorted(ev.features))
             lcb.large = ev.large if lcb.routed else 0
             fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed))
             fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud, routing=lcb.routed)
