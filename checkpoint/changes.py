@@ -26,6 +26,7 @@ class Table(StrEnum):
     TEXTS = "texts"  # texts over INLINE_MAX (being received, or on a list, whose row names it in `text`)
     SEND_ACKED = "send_acked"  # SEND_LIST blocks in segments: bytes the next host holds
     SEG_DONE = "seg_done"  # large messages received lately: a resent last segment is a duplicate
+    PEER_EPOCH = "peer_epoch"  # per neighbour: the checkpoint epoch it last signed on with
 
 
 MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch", "expires",

@@ -32,7 +32,7 @@ SEG_DONE_SCHEMA = {"origin": str, "msg_id": int, "to_id": str, "total": int, "cr
 WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int, "data": bytes, "ttl": float,
                   "flags": int}
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SIDE_FILES = ("-wal", "-shm")
 
 
@@ -60,6 +60,7 @@ class Restored:
     pairs_in: dict[str, tuple[str, int]] = field(default_factory=dict)  # origin host -> (epoch, expected pseq)
     partials: list[tuple] = field(default_factory=list)  # (id, origin, msg_id, to_id, total, crc, got, run, ts)
     seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
+    peer_epochs: dict[str, str] = field(default_factory=dict)  # neighbour -> the epoch it last signed on with
 
 
 class Checkpoint:
@@ -153,6 +154,7 @@ class Checkpoint:
             db[Table.SENT_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
             self._create_routing_tables(db)
             self._create_segment_tables(db)
+            db[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
             db[Table.META].insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                        {"key": "host_id", "value": self.host_id},
                                        {"key": "next_msg_id", "value": "1"},
@@ -188,7 +190,7 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {self.path} has schema version {version!r}, "
                                   f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
         for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
-                               (4, self._migrate_from_4)):
+                               (4, self._migrate_from_4), (5, self._migrate_from_5)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -240,6 +242,14 @@ class Checkpoint:
                 for column in ("crc", "text"):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
             self._create_segment_tables(sqlite_utils.Database(conn))
+            conn.execute(f"UPDATE {Table.META} SET value = '5' WHERE key = 'schema_version'")
+
+    def _migrate_from_5(self, conn: sqlite3.Connection) -> None:
+        """Version 6 keeps the epoch each neighbour last signed on with: a new one means its
+        checkpoint was started afresh, and what this host remembers of it is forgotten."""
+        with conn:
+            conn.execute("BEGIN")
+            sqlite_utils.Database(conn)[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     # -- Initialization -------------------------------------------------------------------
@@ -258,7 +268,8 @@ class Checkpoint:
                         [h for (h,) in q(f"SELECT host FROM {Table.KNOWN_HOSTS} ORDER BY host")],
                         dict(q(f"SELECT dest, next FROM {Table.PAIR_OUT}").fetchall()), _pairs_in(self.conn),
                         q(f"SELECT id, origin, msg_id, to_id, total, crc, got, run, ts FROM {Table.PARTIALS}").fetchall(),
-                        q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall())
+                        q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall(),
+                        dict(q(f"SELECT host, epoch FROM {Table.PEER_EPOCH}").fetchall()))
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:
@@ -340,9 +351,13 @@ def _pairs_in(conn: sqlite3.Connection) -> dict[str, tuple[str, int]]:
 
 @contextlib.contextmanager
 def _read_only(path: str | os.PathLike):
-    """The file opened read-only (the daemon is down: nothing is migrated or written)."""
+    """The file opened read-only: nothing is migrated or written, so it is safe beside a running
+    daemon too (a WAL reader sees the last commit)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} {'is empty' if path.is_file() else 'does not exist'}")
     try:
-        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
         try:
             yield conn
         finally:
@@ -374,3 +389,67 @@ def read_only_lists(path: str | os.PathLike) -> Lists:
             raise CheckpointError(f"checkpoint {path} has schema version {version and version[0]!r}, not "
                                   f"{SCHEMA_VERSION}: start the daemon once to bring it up to date, then look again")
         return Lists(_rows(conn, Table.SEND_LIST), _rows(conn, Table.RECV_LIST), _waiting(conn), _pairs_in(conn))
+
+
+def backup(path: str | os.PathLike, dest: str | os.PathLike, force: bool = False) -> int:
+    """A consistent copy of the checkpoint at `dest`, taken while a daemon may be writing it:
+    VACUUM INTO reads one snapshot (one read transaction in WAL mode, so the daemon's commits go
+    on), into a temporary file beside `dest` that is synced and renamed into place, so `dest` is
+    never a half copy. An existing `dest` is replaced only with `force`. Returns its size."""
+    dest = Path(dest)
+    if dest.exists() and not force:
+        raise FileExistsError(f"{dest} exists; give --force to replace it")
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    old_umask = os.umask(0o077)  # a backup holds the messages: owner-only, as the checkpoint
+    try:
+        with _read_only(path) as conn:
+            conn.execute("VACUUM INTO ?", (str(tmp),))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        if force:
+            os.replace(tmp, dest)
+        else:
+            os.link(tmp, dest)  # fails if dest appeared meanwhile: never overwritten without --force
+            os.unlink(tmp)
+    except sqlite3.Error as e:
+        raise CheckpointError(f"cannot back up checkpoint {path}: {e}") from None
+    finally:
+        os.umask(old_umask)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    dirfd = os.open(dest.parent, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+    return dest.stat().st_size
+
+
+COUNTED = (Table.SEND_LIST, Table.RECV_LIST, Table.WAIT_LIST, Table.DUP_WINDOW, Table.SENT_WINDOW,
+           Table.KNOWN_HOSTS, Table.PARTIALS, Table.PEER_EPOCH)
+
+
+def check(path: str | os.PathLike, quick: bool = False) -> dict:
+    """SQLite's integrity check (or quick_check), the checkpoint's identity and its tables' row
+    counts, read-only (a daemon may be running). `problems` is empty when the file is fine."""
+    with _read_only(path) as conn:
+        pragma = "quick_check" if quick else "integrity_check"
+        report = {"path": str(path), "check": pragma, "problems": []}
+        try:
+            result = [r[0] for r in conn.execute(f"PRAGMA {pragma}").fetchall()]
+            meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
+        except sqlite3.DatabaseError as e:
+            report["problems"].append(f"not a usable SQLite database: {e}")
+            return report
+        if result != ["ok"]:
+            report["problems"] += [f"integrity: {r}" for r in result[:10]]
+        report.update(host=meta.get("host_id"), epoch=meta.get("epoch"), schema_version=meta.get("schema_version"),
+                      next_msg_id=meta.get("next_msg_id"), counts={})
+        if report["schema_version"] not in [str(v) for v in range(1, SCHEMA_VERSION + 1)]:
+            report["problems"].append(f"schema version {report['schema_version']!r}: this MCCS reads 1 to "
+                                      f"{SCHEMA_VERSION}")
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table in COUNTED:
+            if table in tables:  # an older schema lacks the newer tables (the daemon adds them)
+                report["counts"][str(table)] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        return report

@@ -13,6 +13,7 @@ COMMANDS = {
     "recv": ("mccs.cmd_client", "RECV a message; writes its data to stdout"),
     "status": ("mccs.cmd_client", "lines and their state, list lengths, counters (--watch: live, like top)"),
     "queue": ("mccs.cmd_queue", "the messages on the lists: list, show, hold, release, purge"),
+    "checkpoint": ("mccs.cmd_checkpoint", "back up or check a host's checkpoint (while its daemon runs)"),
     "vserial": ("mccs.testbed.vserial", "virtual null-modem serial lines (pty pairs) with pacing and faults"),
     "loopback": ("mccs.testbed.loopback", "run N daemons over virtual lines, send traffic, check every message"),
     "analyze": ("mccs.analytics.command", "Spark analytics of trace files"),
