@@ -211,6 +211,15 @@ def delete_key(table: Table, host: str, msg_id: int) -> Change:
     return Change(f"DELETE FROM {table} WHERE host = ? AND msg_id = ?", (host, msg_id))
 
 
+def delete_keys(table: Table, host: str) -> Change:
+    """Every key of one host: its checkpoint was started afresh (mccs.epochs)."""
+    return Change(f"DELETE FROM {table} WHERE host = ?", (host,))
+
+
+def set_peer_epoch(host: str, epoch: str) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.PEER_EPOCH} (host, epoch) VALUES (?, ?)", (host, epoch))
+
+
 def add_known_host(host: str) -> Change:
     return Change(f"INSERT OR IGNORE INTO {Table.KNOWN_HOSTS} (host) VALUES (?)", (host,))
 

@@ -15,7 +15,7 @@ from typing import Iterator, NamedTuple
 from . import async_fec
 from .auth import NONCE_SIZE
 from .crc import crc32, le16, x25
-from .ids import IdError, check_host_id
+from .ids import IdError, check_epoch, check_host_id
 
 FLAG, ESC = 0x7E, 0x7D
 KINDS = frozenset(b"DANBRSTOPV")
@@ -101,6 +101,7 @@ class SignOn:
     proof: bytes = b""
     features: tuple[str, ...] = ()  # FEAT=A,B: what this end can do beyond DESIGN.md (docs/ROUTING.md)
     large: int = 0  # LARGE=n: the largest message this end takes cut in segments (docs/PROTOCOL.md)
+    epoch: str = ""  # EPOCH=hex: this end's checkpoint epoch, new when it was started afresh (docs/PROTOCOL.md)
 
     def encode(self) -> bytes:
         text = f"{VERSION} HOST={self.host} WINDOW={self.window} MAXMSG={self.maxmsg}"
@@ -109,6 +110,7 @@ class SignOn:
         text += f" PROOF={self.proof.hex()}" if self.proof else ""
         text += f" FEAT={','.join(self.features)}" if self.features else ""
         text += f" LARGE={self.large}" if self.large else ""
+        text += f" EPOCH={self.epoch}" if self.epoch else ""
         return text.encode("ascii")
 
     @classmethod
@@ -120,7 +122,8 @@ class SignOn:
             signon = cls(check_host_id(fields["HOST"]), int(fields["WINDOW"]), int(fields["MAXMSG"]),
                          fields.get("SESSION", ""), bytes.fromhex(fields.get("AUTH", "")),
                          bytes.fromhex(fields.get("PROOF", "")),
-                         tuple(f for f in fields.get("FEAT", "").split(",") if f), int(fields.get("LARGE", 0)))
+                         tuple(f for f in fields.get("FEAT", "").split(",") if f), int(fields.get("LARGE", 0)),
+                         check_epoch(fields.get("EPOCH", "")))
         except (UnicodeDecodeError, KeyError, ValueError, IdError):
             return None
         ok = version == VERSION and 1 <= signon.window <= 127 and 0 <= signon.maxmsg <= 65535 and signon.large >= 0

@@ -15,10 +15,12 @@ AUTH_FAILED = "failed authentication (a different secret, or a replayed sign-on)
 
 class AsyncSignOn:
     """Sign-on and sign-off frames; the rest of the machine is AsyncLine's."""
+    #: This host's checkpoint epoch, offered as EPOCH= (set by the owner; "" offers none).
+    epoch: str = ""
 
     def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
         return SignOn(self.local, self.window, self.max_message, session, nonce, proof, self.features,
-                      self.large).encode()
+                      self.large, self.epoch).encode()
 
     def _send_signon(self, kind: str, session: str) -> None:
         self._emit(kind, body=self._signon_body(session, self._nonce if kind == "S" else b""))
@@ -76,7 +78,7 @@ class AsyncSignOn:
         self._fcs32 = self._deframer.fcs32 = FCS32 in agreed
         self._fec = self._deframer.fec = self._fcs32 and FEC in agreed
         large = min(self.large, signon.large) if self.large and signon.large else 0
-        self._events.append(LineUp(self.peer, agreed, large))
+        self._events.append(LineUp(self.peer, agreed, large, signon.epoch))
 
     def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
         """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours

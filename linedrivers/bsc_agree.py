@@ -27,6 +27,7 @@ import hashlib
 
 from .bsc_reader import Seq
 from .events import LineUp, PeerRefused
+from .ids import IdError, check_epoch
 from .image import HEADER_SIZE, key_of
 
 #: The text of the commit block starts so (a NUL: no image starts with it, a TO_ID is printable).
@@ -53,13 +54,24 @@ def _int(fields: dict, key: str) -> int:
     return int(value) if value.isdigit() else 0
 
 
+def _epoch(fields: dict) -> str:
+    """The peer's EPOCH=, "" when it sent none or one that is not 1 to 16 hex digits."""
+    try:
+        return check_epoch(fields.get("EPOCH", ""))
+    except IdError:
+        return ""
+
+
 class BscAgreement:
     """Announcements, the commit block and resume; the state is set up in BscLine.__init__."""
+    #: This host's checkpoint epoch, announced as EPOCH= (set by the owner; "" announces none).
+    epoch: str = ""
 
     # --- announcements --------------------------------------------------------------------
     def _announcement(self) -> bytes:
         """Our announcement for this sign-on (also what the digest covers)."""
         text = f"FEAT={','.join(sorted(self.features))} LARGE={self.large} MAXMSG={self.max_image - HEADER_SIZE}"
+        text += f" EPOCH={self.epoch}" if self.epoch else ""
         if self._held is not None:
             (origin, msg_id), blocks = key_of(self._held[0]), self._held[1]
             text += f" HOLD={origin},{msg_id},{blocks}"
@@ -129,7 +141,7 @@ class BscAgreement:
             self._limit = min(self.max_image, HEADER_SIZE + _int(theirs, "MAXMSG"))
         self._resume = self._resume_point(theirs.get("HOLD", ""))
         self._agreed = True
-        return LineUp(self.peer, frozenset(common), large)
+        return LineUp(self.peer, frozenset(common), large, _epoch(theirs))
 
     # --- resume ---------------------------------------------------------------------------
     def _keep_partial(self) -> None:

@@ -9,6 +9,7 @@ class LineUp:
     peer: str
     features: frozenset[str] = frozenset()  # offered by both ends at sign-on (docs/PROTOCOL.md)
     large: int = 0  # the largest whole message both ends take in segments (LARGE=, the smaller); 0: none
+    epoch: str = ""  # the peer's checkpoint epoch (EPOCH=, docs/PROTOCOL.md); "": it sent none
 
 
 @dataclass

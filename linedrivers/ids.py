@@ -42,3 +42,11 @@ def process_name(name: str) -> str:
 
 def host_of(pid: str) -> str:
     return pid[:2]
+
+
+def check_epoch(epoch: str) -> str:
+    """Return a checkpoint epoch as sign-ons carry it (EPOCH=): 1 to 16 lower-case hex digits, or ""
+    for none. Raises IdError."""
+    if len(epoch) > 16 or not all(c in "0123456789abcdef" for c in epoch):
+        raise IdError(f"invalid epoch {epoch!r}: need 1-16 lower-case hex digits")
+    return epoch

@@ -26,6 +26,7 @@ from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, Lists, Op, Sequence
 from .machine import LineMachine, make_machine
 from .envelope import RECEIPT, VOID
+from .epochs import PeerEpochs
 from .msgids import KeyWindow, MsgIds
 from .notices import NAME as NOTICE_NAME
 from .notices import Notices, fields
@@ -72,9 +73,9 @@ class Kernel:
                                    self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.blobs,
                                    self.counters)
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
-                           new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message)),
+                           new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, epoch=self.epoch)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
-                           self.counters)
+                           PeerEpochs(state.peer_epochs), self.counters)
         self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.ids, self.notices)
         self._now = 0.0
         self._fx = Effects()

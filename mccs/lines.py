@@ -27,6 +27,7 @@ from . import envelope, segments
 from .config import LineConfig
 from .effects import Effects
 from .envelope import Envelope
+from .epochs import PeerEpochs
 from .lists import MSGBLOK, BlockState, Lists, Sequence
 from .machine import ROUTE, LineMachine
 from .msgids import MsgIds
@@ -136,8 +137,8 @@ class Lines:
     def __init__(self, host: str, max_message: int, configs: list[LineConfig],
                  new_machine: Callable[[LineConfig], LineMachine],
                  lists: Lists, ids: MsgIds, seqs: Sequence, pairs: Pairs, routes: RoutingTable,
-                 receiver: MessageReceiver, blobs: Blobs, counters: collections.Counter):
-        self.host, self.max_message, self.blobs = host, max_message, blobs
+                 receiver: MessageReceiver, blobs: Blobs, epochs: PeerEpochs, counters: collections.Counter):
+        self.host, self.max_message, self.blobs, self.epochs = host, max_message, blobs, epochs
         self._now = 0.0
         self.new_machine = new_machine
         self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
@@ -148,7 +149,7 @@ class Lines:
         return self.lcbs[peer]
 
     def status(self) -> list[dict]:
-        return [lcb.status(self._now) for lcb in self.lcbs.values()]
+        return [{**lcb.status(self._now), "peer_epoch": self.epochs.known.get(peer)} for peer, lcb in self.lcbs.items()]
 
     def carrying(self, blk: MSGBLOK) -> bool:
         """Does a line's machine hold the block, or a segment of it, unacknowledged?"""
@@ -237,6 +238,7 @@ class Lines:
             lcb.counters["ups"] += 1
             lcb.routed, lcb.told, lcb.features = ROUTE in ev.features, None, tuple(sorted(ev.features))
             lcb.large = ev.large if lcb.routed else 0
+            self._epoch(lcb, ev.epoch, fx)
             fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed))
             fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud, routing=lcb.routed)
             log.info("%s: line to %s up (%s)", self.host, lcb.peer, proto)
@@ -251,6 +253,27 @@ class Lines:
             log.warning("%s: refused a sign-on on the line to %s: %s", self.host, lcb.peer, why)
         elif isinstance(ev, LineEvent):
             fx.trace("line", ev.kind, lcb.peer, proto, reason=ev.detail or None)
+
+    def _epoch(self, lcb: LineControlBlock, epoch: str, fx: Effects) -> None:
+        """The peer signed on with `epoch`: if it is a new one, forget what was kept of the old
+        incarnation (mccs.epochs), in this pass, before anything it sends now is received."""
+        renewed, changes = self.epochs.signed_on(lcb.peer, epoch)
+        fx.change(*changes)
+        if not renewed:
+            return
+        peer = lcb.peer
+        fx.change(*self.receiver.forget(peer), *self.ids.sent.forget(peer), *self.pairs.out.restart(peer))
+        for blk in self.lists.send:
+            if blk.acked and self.routes.next_hop(blk.dest) == peer:  # the old incarnation held its first bytes
+                blk.acked = blk.next_off = 0
+                fx.change(ch.delete_acked(blk.seq))
+            if blk.pseq and blk.dest == peer and blk.origin == self.host:  # numbered again as it leaves
+                blk.pseq, blk.epoch = 0, ""
+                fx.change(ch.set_pseq(Table.SEND_LIST, blk.seq, 0, ""))
+        lcb.counters["peer_renewed"] += 1
+        fx.trace("line", "epoch", peer, lcb.cfg.protocol, epoch=epoch)
+        log.warning("%s: %s signed on with a new epoch %s (its checkpoint was started afresh): its old MSG_IDs "
+                    "and what it held are forgotten", self.host, peer, epoch)
 
     @staticmethod
     def _trace_frame(lcb: LineControlBlock, ev: FrameTraced, fx: Effects) -> None:

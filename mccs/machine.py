@@ -17,6 +17,7 @@ ROUTE = "ROUTE2"
 class LineMachine(Protocol):
     """A sans-I/O line protocol state machine (AsyncLine, BscLine)."""
     counters: dict
+    epoch: str
 
     def start(self, now: float) -> None: ...
     def stop(self, now: float) -> None: ...
@@ -31,12 +32,18 @@ class LineMachine(Protocol):
     def room(self) -> int: ...
 
 
-def make_machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
+def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "") -> LineMachine:
     """The protocol's machine with every timer and limit from the config. An async line offers
     ROUTE and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
     sign-on; its frames carry at most `frame_max` bytes of text, with room for the routing
     envelope and the segment trailer, which ride inside the image's MESSAGE. A BSC line offers
-    the same."""
+    the same; both offer `epoch` (EPOCH=, the host's checkpoint epoch)."""
+    machine = _machine(host, lc, max_message)
+    machine.epoch = epoch
+    return machine
+
+
+def _machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
     common = dict(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
     if lc.secret is not None:
         common["secret"] = lc.secret

@@ -44,6 +44,13 @@ class KeyWindow:
             out.append(ch.delete_key(self.table, host, old))
         return out
 
+    def forget(self, host: str) -> list[Change]:
+        """Every key of `host`: its checkpoint was started afresh, so its ids name new messages
+        (or, for the sent window, it holds none of ours any more)."""
+        for msg_id in self._order.pop(host, ()):
+            self._set.discard((host, msg_id))
+        return [ch.delete_keys(self.table, host)]
+
     def _remember(self, host: str, msg_id: int) -> list[int]:
         """Keep the newest DUP_WINDOW keys of `host`; returns the ids that fell out."""
         order = self._order[host]

@@ -44,12 +44,22 @@ class PairsOut:
         self.next[dest] = pseq + 1
         return pseq, [ch.set_pair_out(dest, pseq + 1)]
 
+    def restart(self, dest: str) -> list[Change]:
+        """`dest` was started afresh: it expects 1 next."""
+        self.next[dest] = 1
+        return [ch.set_pair_out(dest, 1)]
+
 
 class PairsIn:
     """Per origin host: its epoch, the next PSEQ to deliver, and what waits for a gap."""
 
     def __init__(self, state: dict[str, tuple[str, int]]):
         self.pairs = {origin: PairIn(epoch, expect) for origin, (epoch, expect) in state.items()}
+
+    def renewed(self, origin: str, epoch: str) -> bool:
+        """Does `epoch` say the origin was started afresh since its last numbered message here?"""
+        pair = self.pairs.get(origin)
+        return pair is not None and pair.epoch != epoch
 
     def is_held(self, blk: MSGBLOK) -> bool:
         """Restore: a stored block above its pair's next expected number is still held."""

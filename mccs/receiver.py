@@ -108,6 +108,10 @@ class MessageReceiver:
     def _in_order(self, src: Arrival, m: Image, env: Envelope, fx: Effects, wall: float) -> None:
         """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
         that came once without a number (over a version-1 line) is not taken twice."""
+        if self.pairs.into.renewed(m.origin, env.epoch):  # (a neighbour's new epoch was seen at sign-on too)
+            log.warning("%s: %s was started afresh (epoch %s): its old MSG_IDs are forgotten", self.host, m.origin,
+                        env.epoch)
+            fx.change(*self.forget(m.origin))
         if m.key in self.dups:
             self._duplicate(src, m, fx)
             return
@@ -128,6 +132,10 @@ class MessageReceiver:
                 fx.change(ch.delete_block(Table.RECV_LIST, ready_blk.seq))
             else:
                 self.lists.arrive(ready_blk)
+
+    def forget(self, origin: str) -> list[ch.Change]:
+        """What was received from an origin whose checkpoint was started afresh (mccs.epochs)."""
+        return [*self.dups.forget(origin), *self.reassembly.forget(origin)]
 
     def _forward(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, wall: float) -> None:
         """Store and forward: on SEND_LIST for the next hop, acknowledged once stored here. One

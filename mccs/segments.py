@@ -149,6 +149,15 @@ class Reassembly:
         self.partials.pop((p.origin, p.msg_id), None)
         return ch.delete_partial(p.id)
 
+    def forget(self, origin: str) -> list[Change]:
+        """The transfers of an origin started afresh: its partials will never be finished, and its
+        MSG_IDs name new messages."""
+        out = [c for p in [p for p in self.partials.values() if p.origin == origin] for c in self.drop(p)]
+        for key in [k for k in self.done if k[0] == origin]:
+            del self.done[key]
+            out.append(ch.delete_seg_done(*key))
+        return out
+
     def stale(self, before: float) -> list[Partial]:
         """Partials that heard nothing since `before` (their sender gave up, or the message expired)."""
         return [p for p in self.partials.values() if p.ts < before]

@@ -1,8 +1,50 @@
+import importlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 # These machines are shared and noisy: no per-example deadline.
 settings.register_profile("mccs", deadline=None, max_examples=200)
 settings.load_profile("mccs")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+OLD_COMMIT = "5bef087"  # line drivers from before the BSC announcement and the sign-on's EPOCH=
+BEFORE_EPOCH = "7f2b271"  # line drivers with the BSC announcement, from before EPOCH=
+
+
+@pytest.fixture(scope="session")
+def linedrivers_at(tmp_path_factory):
+    """`linedrivers_at(commit)`: the linedrivers package of that commit, imported from the git
+    history as package `linedrivers_<commit>`; its events module (the same there) is today's, so
+    the harness knows its events. Skips where the commit is not in the checkout."""
+    root = Path(__file__).resolve().parents[1]
+    top = tmp_path_factory.mktemp("old")
+    sys.path.insert(0, str(top))
+
+    def load(commit: str):
+        dest = top / f"linedrivers_{commit}"
+        if not dest.exists():
+            dest.mkdir()
+            try:
+                names = subprocess.run(["git", "-C", str(root), "ls-tree", "--name-only", commit, "linedrivers/"],
+                                       check=True, capture_output=True, text=True).stdout.split()
+                for name in names:
+                    (dest / Path(name).name).write_bytes(subprocess.run(
+                        ["git", "-C", str(root), "show", f"{commit}:{name}"], check=True,
+                        capture_output=True).stdout)
+            except (OSError, subprocess.CalledProcessError):
+                pytest.skip(f"commit {commit} is not in this checkout")
+            (dest / "events.py").write_text("from linedrivers.events import *  # noqa: F403\n")
+        return importlib.import_module(dest.name)
+    yield load
+    sys.path.remove(str(top))
+
+
+@pytest.fixture(scope="session")
+def old_linedrivers(linedrivers_at):
+    """The line drivers of DESIGN.md's version 1 (commit 5bef087)."""
+    return linedrivers_at(OLD_COMMIT)

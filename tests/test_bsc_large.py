@@ -8,9 +8,6 @@ from __future__ import annotations
 import base64
 import importlib
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +21,6 @@ from tools.hostsim import SimNet, line
 pytestmark = pytest.mark.timeout(300)
 
 SECRET = b"0123456789abcdef"
-OLD_COMMIT = "5bef087"  # a BscLine from before the announcement
 
 
 def new(local, peer, role="primary", **kw):
@@ -36,26 +32,8 @@ def plain(local, peer, role="primary", **kw):
 
 
 @pytest.fixture(scope="module")
-def old_bsc(tmp_path_factory):
-    """BscLine of commit 5bef087, imported from the git history as package `linedrivers_v1`; its
-    events module (the same there) is today's, so the harness knows its events."""
-    root = Path(__file__).resolve().parents[1]
-    dest = tmp_path_factory.mktemp("v1") / "linedrivers_v1"
-    dest.mkdir()
-    try:
-        names = subprocess.run(["git", "-C", str(root), "ls-tree", "--name-only", OLD_COMMIT, "linedrivers/"],
-                               check=True, capture_output=True, text=True).stdout.split()
-        for name in names:
-            (dest / Path(name).name).write_bytes(subprocess.run(
-                ["git", "-C", str(root), "show", f"{OLD_COMMIT}:{name}"], check=True, capture_output=True).stdout)
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip(f"commit {OLD_COMMIT} is not in this checkout")
-    (dest / "events.py").write_text("from linedrivers.events import *  # noqa: F403\n")
-    sys.path.insert(0, str(dest.parent))
-    try:
-        yield importlib.import_module("linedrivers_v1").BscLine
-    finally:
-        sys.path.remove(str(dest.parent))
+def old_bsc(old_linedrivers):
+    return old_linedrivers.BscLine
 
 
 def ups(res, side):
@@ -108,11 +86,11 @@ def test_an_old_station_never_refuses_and_never_takes_the_announcement_for_a_mes
     assert res.b.counters["bad_messages"] == 0
 
 
-def test_the_old_reader_drops_an_announcement_and_reads_the_id_after_it(old_bsc):
+def test_the_old_reader_drops_an_announcement_and_reads_the_id_after_it(old_linedrivers):
     for cs in (EBCDIC, ASCII):
         counters: dict = dict.fromkeys(("garbage", "crc_errors", "bad_sequences", "oversized"), 0)
-        reader = importlib.import_module("linedrivers_v1.bsc_reader").BscReader(
-            importlib.import_module("linedrivers_v1.bsc_codes").CODE_SETS[cs.name], 300, counters)
+        reader = importlib.import_module(f"{old_linedrivers.__name__}.bsc_reader").BscReader(
+            importlib.import_module(f"{old_linedrivers.__name__}.bsc_codes").CODE_SETS[cs.name], 300, counters)
         wire = cs.announcement("FEAT=ROUTE2 LARGE=16777216 MAXMSG=65517".encode(cs.codec)) + \
             cs.sequence("ENQ", cs.encode_id("AA"))
         seqs = reader.feed(wire)

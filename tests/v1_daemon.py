@@ -6,7 +6,7 @@ from linedrivers import AsyncLine
 from mccs import cli, kernel
 
 
-def v1_machine(host, lc, max_message):
+def v1_machine(host, lc, max_message, epoch=""):  # a version-1 station sends no EPOCH
     return AsyncLine(host, lc.peer, window=lc.window, keepalive=lc.keepalive, baud=lc.baud, max_message=max_message,
                      reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit, selective_repeat=False)
 

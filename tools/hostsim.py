@@ -78,6 +78,16 @@ class SimHost:
         self.inbox.clear()
         self.open_ports()
 
+    def renew(self) -> None:
+        """`mccs daemon --new-checkpoint` after the checkpoint was lost: a new epoch, MSG_IDs from 1,
+        nothing remembered."""
+        self.cp.close()
+        for path in Path(self.cfg.checkpoint).parent.glob(f"{Path(self.cfg.checkpoint).name}*"):
+            if not path.name.endswith(".lock"):
+                path.unlink()
+        self.cp = Checkpoint(self.cfg.checkpoint, self.id, "off", new=True)
+        self.crash()
+
     def client(self, name: str | None, creds: Creds | None = None) -> "SimClient":
         conn = next(self._conns)
         self.kernel.connected(conn, creds)
