@@ -67,9 +67,10 @@ class DaemonProcess:
         self.log_path = self.config.with_suffix(".log")
         self.starts = 0
 
-    def start(self, wait: float = 20.0) -> "DaemonProcess":
+    def start(self, wait: float = 20.0, args: tuple[str, ...] = ()) -> "DaemonProcess":
+        """`args`: more options for `mccs daemon`, e.g. ("--new-checkpoint",)."""
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([*self.program, "daemon", "-c", str(self.config)],
+        self.proc = subprocess.Popen([*self.program, "daemon", "-c", str(self.config), *args],
                                      stdout=log, stderr=log, env=self.env, start_new_session=True)
         log.close()
         self.starts += 1
