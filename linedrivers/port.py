@@ -22,6 +22,18 @@ READ_TIMEOUT = 0.1  # the reader's longest sleep when cancel_read is not availab
 STABLE = 1.0  # a port open this long resets the back-off
 
 
+def open_port(url: str, settings: dict, exclusive: bool = True) -> serial.SerialBase:
+    """A pyserial port or URL opened with `settings`; `exclusive`: an flock on a native port, so
+    two programs never share one. Raises serial.SerialException (an OSError or ValueError inside)."""
+    port = serial.serial_for_url(url, do_not_open=True)
+    port.apply_settings(settings)
+    port.timeout = READ_TIMEOUT
+    if exclusive and isinstance(port, serial.Serial):  # native ports only: socket:// and loop:// lack it
+        port.exclusive = True
+    port.open()
+    return port
+
+
 class SerialPort:
     """One serial port by pyserial name or URL; see the module docstring.
 
@@ -93,13 +105,7 @@ class SerialPort:
 
     # ---- opening ------------------------------------------------------------------------------
     def _open(self) -> serial.SerialBase:
-        port = serial.serial_for_url(self.url, do_not_open=True)
-        port.apply_settings(self.settings)
-        port.timeout = READ_TIMEOUT
-        if self.exclusive and isinstance(port, serial.Serial):  # native ports only: socket:// and loop:// lack it
-            port.exclusive = True
-        port.open()
-        return port
+        return open_port(self.url, self.settings, self.exclusive)
 
     def _reader(self) -> None:
         """Open, read until the port is lost, report, back off, and again, until close()."""

@@ -60,6 +60,11 @@ class LineConfig:
     secret_file: str = ""  # a shared secret: sign-on by challenge-response, every frame authenticated
     secret: bytes | None = _internal()
 
+    def port_settings(self) -> dict:
+        """The serial port's settings, as pyserial names them."""
+        return dict(baudrate=self.baud, bytesize=self.bytesize, parity=self.parity, stopbits=self.stopbits,
+                    rtscts=self.rtscts, xonxoff=self.xonxoff)
+
     def check(self) -> None:
         _choice("protocol", self.protocol, ("async", "bsc"))
         _choice("parity", self.parity, ("N", "E", "O", "M", "S"))

@@ -25,7 +25,7 @@ from checkpoint.changes import Stored
 from checkpoint.store import Checkpoint, CheckpointFull
 from linedrivers.port import SerialPort
 
-from . import requests, server
+from . import requests, server, service
 from .config import HostConfig, LineConfig
 from .dispatcher import stored_text
 from .kernel import Kernel
@@ -101,8 +101,10 @@ class Daemon:
             self.ports[lc.peer] = self._open_port(lc)
         self.wake()
         log.info("%s: daemon ready on %s", self.host, self.cfg.socket)
+        service.notify(f"READY=1\nSTATUS=host {self.host} ready on {self.cfg.socket}\nMAINPID={os.getpid()}")
         await self._stopping.wait()
         log.info("%s: stopping", self.host)
+        service.notify("STOPPING=1")
         srv.close()
         if not self.failed:
             self.run_pass()
@@ -113,8 +115,7 @@ class Daemon:
 
     def _open_port(self, lc: LineConfig) -> SerialPort:
         call = self.loop.call_soon_threadsafe
-        return SerialPort(lc.port, baudrate=lc.baud, bytesize=lc.bytesize, parity=lc.parity, stopbits=lc.stopbits,
-                          rtscts=lc.rtscts, xonxoff=lc.xonxoff, backoff_max=lc.backoff_max,
+        return SerialPort(lc.port, **lc.port_settings(), backoff_max=lc.backoff_max,
                           on_data=lambda data, now, peer=lc.peer: call(self._line_data, peer, data, now),
                           on_state=lambda up, why, peer=lc.peer: call(self._port_state, peer, up, why)).start()
 

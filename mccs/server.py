@@ -136,13 +136,13 @@ def lock_socket(path: str, group: str) -> int:
         os.close(fd)
         raise SocketInUse(f"another MCCS daemon serves {path} (lock {path}.lock); "
                           "give this host its own socket") from None
-    if _answers(sock_path):
+    if answers(sock_path):
         os.close(fd)
         raise SocketInUse(f"a daemon answers on {path}; give this host its own socket")
     return fd
 
 
-def _answers(path: Path) -> bool:
+def answers(path: Path) -> bool:
     if not path.is_socket():
         return False
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from linedrivers.ids import host_of
+from mccs.service import stop_on_sigterm
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.vserial import Lines
 
@@ -359,11 +360,15 @@ def options_from(args: argparse.Namespace) -> Options:
 
 
 def run(args: argparse.Namespace) -> int:
+    stop_on_sigterm()
     try:
         opts = options_from(args)
         if not 1 <= opts.size <= 128:
             raise ValueError("--size must be from 1 to 128")
         v = run_network(opts)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: run_network has stopped what it started
+        print("mccs loopback: interrupted; its daemons, traffic processes and lines are stopped", file=sys.stderr)
+        return 0
     except ValueError as e:
         print(f"mccs loopback: {e}", file=sys.stderr)
         return 2

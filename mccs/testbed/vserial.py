@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from typing import Iterable
 
+from mccs.service import stop_on_sigterm
 from mccs.testbed.vserial_line import ACTIONS, BUFFER, QUANTUM, Line, LogSink, flap
 
 # One line's names stay importable from here, where callers have always found them.
@@ -90,10 +90,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", metavar="FILE", help="append every byte (epoch time, direction, hex) to FILE")
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM stops the lines as Ctrl-C does
-
-
 def run(args: argparse.Namespace) -> int:
     kwargs = dict(baud=args.baud, latency=args.latency, ber=args.ber, drop=args.drop,
                   insert=args.insert, seed=args.seed, log=args.log)
@@ -105,16 +101,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"mccs vserial: {e}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _interrupt)
-    with lines:
-        for spec, line in lines.lines.items():
-            print(f"{spec}: {line.end_a} -> {line.devices[0]}  <=>  {line.end_b} -> {line.devices[1]}"
-                  f"  ({args.baud} baud)", flush=True)
-        try:
+    stop_on_sigterm()  # SIGTERM stops the lines as Ctrl-C does
+    try:
+        with lines:
+            for spec, line in lines.lines.items():
+                print(f"{spec}: {line.end_a} -> {line.devices[0]}  <=>  {line.end_b} -> {line.devices[1]}"
+                      f"  ({args.baud} baud)", flush=True)
             while True:
                 time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-        for spec, line in lines.lines.items():
-            print(f"{spec}: {line.counters}", flush=True)
+    except KeyboardInterrupt:  # the lines are closed on the way out of `with`
+        pass
+    for spec, line in lines.lines.items():
+        print(f"{spec}: {line.counters}", flush=True)
     return 0
