@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import logging
 import os
 import secrets
 import sqlite3
@@ -32,7 +33,10 @@ SEG_DONE_SCHEMA = {"origin": str, "msg_id": int, "to_id": str, "total": int, "cr
 WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int, "data": bytes, "ttl": float,
                   "flags": int}
 
+log = logging.getLogger("checkpoint.store")
+
 SCHEMA_VERSION = 6
+RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
 SIDE_FILES = ("-wal", "-shm")
 
 
@@ -115,6 +119,7 @@ class Checkpoint:
             if empty:
                 self._create(conn)
             self._check_identity(conn)
+            self._renew_if_restored(conn)
         except sqlite3.DatabaseError as e:
             raise CheckpointError(f"checkpoint {self.path} is not a usable SQLite database ({e}); "
                                   "it was left untouched: restore a backup, or move it aside and start "
@@ -251,6 +256,30 @@ class Checkpoint:
             conn.execute("BEGIN")
             sqlite_utils.Database(conn)[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
+        """A backup put back in place (`backup()` marks its copies): the host gave MSG_IDs and
+        end-to-end numbers after the backup that its peers still remember, and holds messages the
+        peers have had since. It keeps its lists but starts a new incarnation: a new epoch (the
+        peers forget what they kept of the old one, mccs.epochs), its own messages numbered again
+        from 1, and nothing remembered of the peers' ids and numbers, which they restart too. A
+        message delivered after the backup may so come once more; none accepted is dropped."""
+        meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
+        if RESTORED not in meta:
+            return
+        with conn:
+            conn.execute("BEGIN")
+            for table in (Table.DUP_WINDOW, Table.SENT_WINDOW, Table.PAIR_IN, Table.PAIR_OUT, Table.SEND_ACKED,
+                          Table.SEG_DONE):
+                conn.execute(f"DELETE FROM {table}")
+            conn.execute(f"DELETE FROM {Table.TEXTS} WHERE id IN (SELECT id FROM {Table.PARTIALS})")
+            conn.execute(f"DELETE FROM {Table.PARTIALS}")
+            conn.execute(f"UPDATE {Table.SEND_LIST} SET pseq = 0, epoch = '' WHERE substr(from_id, 1, 2) = ?",
+                         (self.host_id,))
+            conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'epoch'", (secrets.token_hex(4),))
+            conn.execute(f"DELETE FROM {Table.META} WHERE key = ?", (RESTORED,))
+        log.warning("checkpoint %s was restored from a backup taken at %s: this host starts a new epoch with its "
+                    "lists as they were then", self.path, meta[RESTORED])
 
     # -- Initialization -------------------------------------------------------------------
     def restore(self) -> Restored:
@@ -395,7 +424,8 @@ def backup(path: str | os.PathLike, dest: str | os.PathLike, force: bool = False
     """A consistent copy of the checkpoint at `dest`, taken while a daemon may be writing it:
     VACUUM INTO reads one snapshot (one read transaction in WAL mode, so the daemon's commits go
     on), into a temporary file beside `dest` that is synced and renamed into place, so `dest` is
-    never a half copy. An existing `dest` is replaced only with `force`. Returns its size."""
+    never a half copy. An existing `dest` is replaced only with `force`. The copy is marked: the
+    daemon that opens it renews the host (`Checkpoint._renew_if_restored`). Returns its size."""
     dest = Path(dest)
     if dest.exists() and not force:
         raise FileExistsError(f"{dest} exists; give --force to replace it")
@@ -404,6 +434,9 @@ def backup(path: str | os.PathLike, dest: str | os.PathLike, force: bool = False
     try:
         with _read_only(path) as conn:
             conn.execute("VACUUM INTO ?", (str(tmp),))
+        with contextlib.closing(sqlite3.connect(tmp)) as copy, copy:  # a daemon renews it when it opens it
+            copy.execute(f"INSERT INTO {Table.META} (key, value) VALUES (?, ?)",
+                         (RESTORED, time.strftime("%Y-%m-%dT%H:%M:%S%z")))
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         if force:

@@ -59,22 +59,61 @@ def test_a_backup_taken_during_traffic_restores_into_a_daemon_that_delivers_ever
             before = [d for t, d in accepted if t < backup_started]
             check = mccs_cli("checkpoint", "check", str(tmp_path / "AA.backup"), "--json", timeout=60)
             assert check.returncode == 0, check.stderr
+            sent = [d for _, d in accepted]
             with mccs.connect(b.config, "R") as r:
-                delivered_before_restore = len(_recv_all(r, 0.5))
-            assert delivered_before_restore < len(before), "some messages accepted before the backup were " \
-                                                           "still waiting at AA when it died"
+                first = [m.data for m in _recv_all(r, 0.5)]
+            assert first == sent[:len(first)], "in order, nothing that was not sent"
+            assert len(first) < len(before), "some messages accepted before the backup still waited at AA"
+            for path in tmp_path.glob("AA.db*"):
+                if path.name != "AA.db.lock":
+                    path.unlink()  # (an old WAL must never meet the restored file)
+            shutil.copy(tmp_path / "AA.backup", tmp_path / "AA.db")
+            a.start()  # a fresh daemon process on the restored checkpoint
+            with mccs.connect(b.config, "R") as r, mccs.connect(a.config, "S") as s:
+                after = [m.data for m in _recv_all(r, 3.0)]
+                start = sent.index(after[0])
+                assert after == sent[start:start + len(after)] and start <= len(first), \
+                    "the restored SEND_LIST goes on in order from where the backup was, no gap"
+                assert start + len(after) >= len(before), "everything accepted before the backup was delivered"
+                news = [b"after the restore %d" % i for i in range(5)]
+                for data in news:
+                    s.send("BBR", data)
+                assert [m.data for m in _recv_all(r, 3.0)] == news
+        finally:
+            a.stop()
+            b.stop()
+
+
+def test_a_restored_host_starts_a_new_epoch_so_its_msg_ids_given_after_the_backup_are_not_duplicates(tmp_path):
+    """The MSG_IDs (and end-to-end numbers) AA gave after the backup are in BB's windows; AA restored
+    gives them again. The restored checkpoint takes a new epoch, so BB takes them as new messages."""
+    keys = {"protocol": "async", "baud": 115200, **timers(115200)}
+    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=115200) as vl:
+        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}]))
+        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}]))
+        try:
+            a.start(), b.start()
+            with mccs.connect(a.config, "S") as s, mccs.connect(b.config, "R") as r:
+                for i in range(10):
+                    s.send("BBR", b"before %d" % i)
+                assert len(_recv_all(r, 2.0)) == 10
+                assert mccs_cli("checkpoint", "backup", "-c", str(a.config), str(tmp_path / "AA.backup"),
+                                timeout=60).returncode == 0
+                given_after = [s.send("BBR", b"after %d" % i) for i in range(10)]
+                assert len(_recv_all(r, 2.0)) == 10
+                old_epoch = s.status()["epoch"]
+            a.kill()
             for path in tmp_path.glob("AA.db*"):
                 if path.name != "AA.db.lock":
                     path.unlink()
             shutil.copy(tmp_path / "AA.backup", tmp_path / "AA.db")
-            a.start()  # a fresh daemon process on the restored checkpoint
-            with mccs.connect(b.config, "R") as r:
-                after = [m.data for m in _recv_all(r, 3.0)]
-            got = [d for _, d in accepted][:delivered_before_restore] + after
-            sent = [d for _, d in accepted]
-            assert len(set(got)) == len(got), "a message was delivered twice"
-            assert got == sent[:len(got)], "delivered in order, nothing that was not sent"
-            assert len(got) >= len(before), "everything accepted before the backup was delivered"
+            a.start()
+            with mccs.connect(a.config, "S") as s, mccs.connect(b.config, "R") as r:
+                assert s.status()["epoch"] != old_epoch
+                again = [s.send("BBR", b"restored %d" % i) for i in range(10)]
+                assert again == given_after  # the same MSG_IDs ...
+                assert [m.data for m in _recv_all(r, 3.0)] == [b"restored %d" % i for i in range(10)]  # ... taken
+            assert "restored from a backup" in a.log_tail()
         finally:
             a.stop()
             b.stop()
