@@ -6,6 +6,8 @@ import importlib
 import logging
 import sys
 
+from .service import configure_logging
+
 # command -> (module, one-line help). Each module defines add_arguments(parser) and run(args) -> int.
 COMMANDS = {
     "daemon": ("mccs.cmd_daemon", "run a host's daemon in the foreground"),
@@ -46,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
-    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    configure_logging((logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)])
     try:
         return args._run(args) or 0
     except KeyboardInterrupt:

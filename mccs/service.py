@@ -12,6 +12,28 @@ import socket
 log = logging.getLogger("mccs.service")
 
 
+#: syslog priorities, which journald reads from a "<N>" at the start of a line on a service's stderr
+PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+
+
+class JournalFormatter(logging.Formatter):
+    """Under systemd: the priority prefix instead of our own time stamp (the journal has its own)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
+
+
+def configure_logging(level: int) -> None:
+    """Log lines go to stderr: on a terminal with their time; into the journal (systemd sets
+    $JOURNAL_STREAM) with their priority, so `journalctl -p warning` picks out the warnings."""
+    handler = logging.StreamHandler()
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(JournalFormatter("%(name)s %(levelname)s %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
