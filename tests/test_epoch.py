@@ -39,8 +39,10 @@ def _ups(res, side) -> list[str]:
     return [e.epoch for e in res.of(side, LineUp)]
 
 
-def test_async_ends_learn_each_others_epoch():
-    res = run_pair(_async("AA", "BB", "0a0a0a0a"), _async("BB", "AA", "0b0b0b0b"),
+@pytest.mark.parametrize("secret", [None, b"0123456789abcdef"])
+def test_async_ends_learn_each_others_epoch(secret):
+    """With a secret the epoch rides in S, T and V as the other sign-on values do."""
+    res = run_pair(_async("AA", "BB", "0a0a0a0a", secret=secret), _async("BB", "AA", "0b0b0b0b", secret=secret),
                    make_images("AA", "BB", 5), make_images("BB", "AA", 5), channel=Channel(seed=1))
     res.check()
     assert set(_ups(res, "a")) == {"0b0b0b0b"} and set(_ups(res, "b")) == {"0a0a0a0a"}
