@@ -199,7 +199,7 @@ def _status_offline(args, why: str) -> int:
 
 def _print_status(s: dict) -> None:
     lists = s["lists"]
-    print(f"host {s['host']}  pid {s['pid']}  up {s['uptime']:.0f} s")
+    print(f"host {s['host']}  epoch {s['epoch']}  pid {s['pid']}  up {s['uptime']:.0f} s")
     print(f"WAIT_LIST {lists['wait']}  SEND_LIST {lists['send']}  RECV_LIST {lists['recv']}")
     for line in s["lines"]:
         extra = "  ".join(f"{k} {v}" for k, v in line.items()

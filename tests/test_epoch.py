@@ -193,7 +193,7 @@ def test_daemons_a_host_whose_checkpoint_was_deleted_is_heard_at_once(tmp_path, 
     started with --new-checkpoint: its next messages have the MSG_IDs BB already holds in its
     duplicate window, and BB delivers them at once; BB's messages reach the new AA too."""
     import mccs
-    from mccs.testbed.hosts import DaemonProcess, write_config
+    from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
     from mccs.testbed.loopback import timers
     from mccs.testbed.vserial import Lines
     baud = 115200
@@ -224,6 +224,8 @@ def test_daemons_a_host_whose_checkpoint_was_deleted_is_heard_at_once(tmp_path, 
                 assert line["peer_epoch"] == s.status()["epoch"] and line["counters"]["peer_renewed"] == 1
                 r.send("AAS", b"hello, new AA")
                 assert s.recv(timeout=30).data == b"hello, new AA"
+                shown = mccs_cli("status", "-c", str(b.config), timeout=30).stdout
+                assert f"peer_epoch {s.status()['epoch']}" in shown
         finally:
             a.stop()
             b.stop()
