@@ -3,13 +3,19 @@ neighbours take its new messages at once. In memory: the sign-on text of both pr
 machines against new ones, and kernels on a virtual clock (tools/hostsim)."""
 from __future__ import annotations
 
+import base64
+import time
+
 import pytest
 
+import mccs
 from linedrivers import AsyncLine, BscLine, LineUp
 from linedrivers.async_frames import SignOn
-from linedrivers.bsc_codes import ASCII
 from mccs import kernel
-from mccs.testbed.linesim import Channel, Harness, make_images, run_pair
+from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
+from mccs.testbed.linesim import Channel, make_images, run_pair
+from mccs.testbed.loopback import timers
+from mccs.testbed.vserial import Lines
 from tests.conftest import BEFORE_EPOCH
 from tools.hostsim import SimNet, line
 
@@ -72,10 +78,14 @@ def test_bsc_announcements_carry_the_epoch(code):
                    make_images("AA", "BB", 5), make_images("BB", "AA", 5), channel=Channel(seed=3, baud=9600))
     res.check()
     assert set(_ups(res, "a")) == {"0b0b0b0b"} and set(_ups(res, "b")) == {"0a0a0a0a"}
-    sent = [e for _, s, e in res.events if s == "a" and getattr(e, "kind", "") == "FEAT" and e.dir == "tx"]
-    assert sent  # the announcement went out, with the epoch in its text:
-    m = _bsc("AA", "BB", "primary", "0a0a0a0a", code="ascii")()
-    assert b"EPOCH=0a0a0a0a" in m._announcement() and ASCII.codec == "ascii"
+
+
+
+def test_bsc_announcement_bytes_with_the_epoch():
+    m = BscLine("AA", "BB", features=("ROUTE2",), large=16777216, max_message=65517, code="ascii")
+    m.epoch = "5e1f09a2"
+    assert m._announcement() == bytes.fromhex("161601") + b"FEAT=ROUTE2 LARGE=16777216 MAXMSG=65517 EPOCH=5e1f09a2" \
+        + bytes.fromhex("03d03cff")  # docs/PROTOCOL.md
 
 
 def test_a_bsc_station_from_before_the_epoch_ignores_it(linedrivers_at):
@@ -100,7 +110,6 @@ def _exchange(net: SimNet, sender: str, receiver: str, texts: list[bytes]) -> tu
         got.append(reply)
     s.close()
     r.close()
-    import base64
     return ids, [base64.b64decode(g["msg"]["data"]) for g in got]
 
 
@@ -177,7 +186,6 @@ def test_an_origin_two_lines_away_started_afresh_is_heard_by_its_envelope_epoch(
 # -- real daemons ---------------------------------------------------------------------------------------
 def _recv_all(client, n: int, seconds: float) -> list:
     """Up to `n` messages, all within `seconds`."""
-    import time
     deadline, got = time.monotonic() + seconds, []
     while len(got) < n and (left := deadline - time.monotonic()) > 0:
         m = client.recv(timeout=left)
@@ -192,10 +200,6 @@ def test_daemons_a_host_whose_checkpoint_was_deleted_is_heard_at_once(tmp_path, 
     """AA and BB as daemon processes over a vserial line. AA's checkpoint is deleted and AA
     started with --new-checkpoint: its next messages have the MSG_IDs BB already holds in its
     duplicate window, and BB delivers them at once; BB's messages reach the new AA too."""
-    import mccs
-    from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
-    from mccs.testbed.loopback import timers
-    from mccs.testbed.vserial import Lines
     baud = 115200
     keys = {"protocol": protocol, "baud": baud, **timers(baud)}
     with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=baud) as vl:
