@@ -19,10 +19,12 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from .changes import MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Row, Stored, Table
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes,
                   "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int, "crc": int,
@@ -146,7 +148,7 @@ class Checkpoint:
                                   "with 'mccs daemon --new-checkpoint'")
 
     def _create(self, conn: sqlite3.Connection) -> None:
-        db = sqlite_utils.Database(conn)
+        db = _database(conn)
         with conn:
             conn.execute("BEGIN")
             db[Table.META].create({"key": str, "value": str}, pk="key")
@@ -202,7 +204,7 @@ class Checkpoint:
     def _migrate_from_1(self, conn: sqlite3.Connection) -> None:
         """Version 2 adds the sent window (seeded from the SENDs remembered for retries, the only
         record of which ids went where) and an epoch."""
-        db = sqlite_utils.Database(conn)
+        db = _database(conn)
         with conn:
             conn.execute("BEGIN")
             conn.execute(f"ALTER TABLE {Table.DUP_WINDOW} RENAME COLUMN origin TO host")
@@ -216,7 +218,7 @@ class Checkpoint:
     def _migrate_from_2(self, conn: sqlite3.Connection) -> None:
         """Version 3 adds routing: hop counts and end-to-end numbers on the lists, the hosts
         learned, and the end-to-end counters per destination and per origin."""
-        db = sqlite_utils.Database(conn)
+        db = _database(conn)
         with conn:
             conn.execute("BEGIN")
             for table in (Table.SEND_LIST, Table.RECV_LIST):
@@ -246,7 +248,7 @@ class Checkpoint:
             for table in (Table.SEND_LIST, Table.RECV_LIST):
                 for column in ("crc", "text"):
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
-            self._create_segment_tables(sqlite_utils.Database(conn))
+            self._create_segment_tables(_database(conn))
             conn.execute(f"UPDATE {Table.META} SET value = '5' WHERE key = 'schema_version'")
 
     def _migrate_from_5(self, conn: sqlite3.Connection) -> None:
@@ -254,7 +256,7 @@ class Checkpoint:
         checkpoint was started afresh, and what this host remembers of it is forgotten."""
         with conn:
             conn.execute("BEGIN")
-            sqlite_utils.Database(conn)[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
+            _database(conn)[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -486,3 +488,11 @@ def check(path: str | os.PathLike, quick: bool = False) -> dict:
             if table in tables:  # an older schema lacks the newer tables (the daemon adds them)
                 report["counts"][str(table)] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         return report
+
+
+def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
+    """sqlite-utils, for creating and migrating a checkpoint only: imported when needed, since it
+    costs a daemon that opens an existing checkpoint some 6 MB (25 MB where numpy is installed,
+    which it imports if it can) and half a second at start."""
+    import sqlite_utils
+    return sqlite_utils.Database(conn)

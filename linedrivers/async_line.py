@@ -20,6 +20,7 @@ rate); here the window, acknowledgements and timers.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from itertools import islice
 
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 REPLY_MARGIN = 0.25  # the peer's commit before its ACK, scheduling, relays
 #: Added to the time a frame asked for with R needs to come back before it is asked for again.
 ASK_MARGIN = 0.1  # the line's latency both ways, scheduling, relays; no commit is waited for
+#: The segment size is chosen for the error rate in steps of this factor (log): 5%.
+RATE_STEP = math.log(1.05)
 
 
 class AsyncLine(AsyncSignOn):
@@ -83,6 +86,7 @@ class AsyncLine(AsyncSignOn):
         self._deframer = Deframer(2 * (self._overhead + FCS32_EXTRA + HEADER_SIZE + max(max_message, 64)),
                                   self.counters)
         self._errors = ErrorRate()  # the line's, so it outlives sign-ons
+        self._chosen: tuple = (None, (0, False))  # _choice()'s last inputs and answer
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i
         self._busy = False       # the owner's set_busy(): outlives sign-ons
         self.session = ""        # SESSION of our last S
@@ -211,14 +215,22 @@ class AsyncLine(AsyncSignOn):
 
     def _choice(self) -> tuple[int, bool]:
         """The segment length and whether long D frames carry parity (F frames), as best for the
-        line's error rate; parity only with FEC agreed and once the line has shown damage."""
-        overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
-        if self._sr:  # a lost copy is asked for again after about a round trip (_reask)
-            stall = lambda n: self._ask_wait_for(0, n) * self.baud / 10
-        else:
-            stall = lambda n: self._timeout_for(n) * self.baud / 10
-        return best_choice(self._errors.rate, overhead, stall, 0 if self._sr else self._window - 1,
-                           min(LEAST_SEGMENT, self._maxmsg), self._maxmsg, self._fec and self._errors.observed)
+        line's error rate; parity only with FEC agreed and once the line has shown damage. The
+        rate is taken in steps of 5% (the best length hardly moves within one), so the search runs
+        again only when the rate or the agreement moved."""
+        p = self._errors.rate
+        step = round(math.log(p) / RATE_STEP) if p > 0 else None
+        key = (step, self._sr, self._fcs32, self._maxmsg, self._window, self._fec and self._errors.observed)
+        if self._chosen[0] != key:
+            overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
+            if self._sr:  # a lost copy is asked for again after about a round trip (_reask)
+                stall = lambda n: self._ask_wait_for(0, n) * self.baud / 10
+            else:
+                stall = lambda n: self._timeout_for(n) * self.baud / 10
+            self._chosen = key, best_choice(math.exp(step * RATE_STEP) if step is not None else 0.0, overhead,
+                                            stall, 0 if self._sr else self._window - 1,
+                                            min(LEAST_SEGMENT, self._maxmsg), self._maxmsg, key[-1])
+        return self._chosen[1]
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""

@@ -121,8 +121,8 @@ class Daemon:
 
     # -- inputs -------------------------------------------------------------------------------
     def _line_data(self, peer: str, data: bytes, now: float) -> None:
-        self.kernel.line_data(peer, data, now)
-        self.wake()
+        if self.kernel.line_data(peer, data, now):
+            self.wake()
 
     def _port_state(self, peer: str, is_open: bool, why: str) -> None:
         self.kernel.port_state(peer, is_open, why, time.monotonic())

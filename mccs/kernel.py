@@ -152,8 +152,9 @@ class Kernel:
         self.counters["bad_requests" if e.code == "bad_request" else "refused"] += 1
         self._fx.reply(conn, {"id": rid, "ok": False, "error": str(e), "code": e.code})
 
-    def line_data(self, peer: str, data: bytes, now: float) -> None:
-        self.lines.data(peer, data, now)
+    def line_data(self, peer: str, data: bytes, now: float) -> bool:
+        """Bytes from a line; True when they made something for a pass to do (see Lines.data)."""
+        return self.lines.data(peer, data, now)
 
     def port_state(self, peer: str, is_open: bool, why: str, now: float) -> None:
         self.lines.port_state(peer, is_open, why, now, self._fx)

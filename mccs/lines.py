@@ -83,7 +83,7 @@ class LineControlBlock:
     port_open: bool = False
     last_down: str = ""
     held: MSGBLOK | None = None  # the first MSGBLOK the peer's maximum refuses: waits, and all after it
-    backlog: list = field(default_factory=list)  # machine events seen after sending, handled next pass
+    backlog: list = field(default_factory=list)  # machine events taken outside the pass that handles them
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
@@ -166,8 +166,15 @@ class Lines:
                 lcb.held = None
 
     # -- inputs from the shell ----------------------------------------------------------------
-    def data(self, peer: str, data: bytes, now: float) -> None:
-        self.lcbs[peer].machine.receive_data(data, now)
+    def data(self, peer: str, data: bytes, now: float) -> bool:
+        """Feed the line's machine; True when that made events (the pass handles them). Every frame
+        or block a machine takes, good or bad, is an event (FrameTraced), so bytes that only add
+        to a frame still arriving make none, and need no pass: a serial port delivers a frame in
+        many small reads."""
+        lcb = self.lcbs[peer]
+        lcb.machine.receive_data(data, now)
+        lcb.backlog += lcb.machine.events()
+        return bool(lcb.backlog)
 
     def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
         lcb = self.lcbs[peer]

@@ -139,6 +139,24 @@ def test_ack_bytes_leave_only_with_the_commit_of_the_message(pair):
     assert all(not _inserted(f, Table.RECV_LIST) for f in before)
 
 
+def test_bytes_that_complete_no_frame_need_no_pass(pair, monkeypatch):
+    """A port delivers a frame in many small reads: only the read that completes a frame (or
+    block) asks for a pass, and the pass then handles that frame."""
+    aa, bb = pair["AA"], pair["BB"]
+    pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)
+    caught = []
+    monkeypatch.setattr(pair, "write", lambda src, dst, data: caught.append((src, data)))
+    aa.client("P").send("BBR", b"x" * 100)
+    frame = [data for src, data in caught if src == "AA"][-1]  # the D frame
+    assert len(frame) > 100
+    bb.run_pass()  # nothing left over from before
+    wants = [bb.kernel.line_data("AA", frame[i:i + 10], pair.now) for i in range(0, len(frame), 10)]
+    assert wants == [False] * (len(wants) - 1) + [True]
+    bb.run_pass()
+    monkeypatch.undo()
+    assert _data(bb.client("R").recv()) == b"x" * 100
+
+
 def test_back_pressure_waits_for_a_buffer_and_keeps_the_wait_durable(tmp_path):
     net = SimNet(tmp_path, {"AA": []}, buffers=2)
     host = net["AA"]

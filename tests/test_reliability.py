@@ -20,6 +20,7 @@ import mccs
 from mccs.ipc import frame
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.loopback import timers
+from mccs.testbed.procstat import rss
 from mccs.testbed.vserial import Lines
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,10 +56,7 @@ def _read(sock: socket.socket) -> dict:
 
 
 def _rss_kib(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+    return rss(pid) // 1024
 
 
 # -- 1. MSG_ID reuse ---------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from mccs.testbed.procstat import rss as _rss
+
 TARGET = 3.0
 
 
@@ -25,11 +27,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baud", type=int, default=4_000_000, help="line speed (default 4,000,000: 400 kB/s)")
     p.add_argument("--runs", type=int, default=1, help="runs; medians are reported")
     p.add_argument("--json", action="store_true", help="one JSON object")
-
-
-def _rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
 
 
 def one_run(size: int, baud: int, seed: int) -> dict:

@@ -5,7 +5,13 @@
 - latency p50 and p99 at half that load (one paced sender, times carried in the messages);
 - goodput of 128-byte messages at 9600 baud through the daemons, as a fraction of the line's
   framing ceiling (the definition of `mccs bench line`), beside the bare state machines'
-  goodput measured in the same run: the daemons' cost in points of efficiency.
+  goodput measured in the same run: the daemons' cost in points of efficiency;
+- CPU: the daemons' CPU seconds (user + system, from /proc) per 1,000 128-byte messages
+  delivered over a 115200-baud line, each daemon apart;
+- idle: a daemon with two lines up and nothing to send (default timers): its share of a core
+  and its resident memory, first started and again after a restart.
+Targets (issue 15): under 0.5 CPU-seconds per 1,000 messages per daemon; idle under 1% of a
+core and under 40 MB.
 """
 from __future__ import annotations
 
@@ -22,9 +28,13 @@ from pathlib import Path
 from mccs.testbed.bench_local import message_rate
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.loopback import timers
+from mccs.testbed.procstat import cpu_seconds, rss
 from mccs.testbed.vserial import Lines
 
 UNPACED = 10_000_000  # baud of the "unpaced" line: the relay never waits
+PARTS = ("rate", "goodput", "cpu", "idle")
+CPU_TARGET = 0.5  # CPU-seconds per 1,000 messages per daemon
+IDLE_CPU_TARGET, IDLE_RSS_TARGET = 0.01, 40e6  # share of a core, bytes
 
 
 @contextlib.contextmanager
@@ -98,49 +108,128 @@ def goodput(a: DaemonProcess, b: DaemonProcess, count: int, size: int) -> float:
         return count * size / (time.perf_counter() - t0)
 
 
+def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int) -> dict:
+    """Each daemon's CPU seconds per 1,000 messages sent by one process and RECVed by another,
+    from before the first SEND to after the last RECV."""
+    import mccs
+    before = {d.cfg.id: cpu_seconds(d.proc.pid) for d in (a, b)}
+    with mccs.connect(a.config, "CS") as s, mccs.connect(b.config, "CR") as r:
+        for _ in range(count):
+            s.send("BBCR", b"c" * size)
+        for _ in range(count):
+            if r.recv(timeout=120) is None:
+                raise RuntimeError("a message did not arrive")
+    return {h: (cpu_seconds(d.proc.pid) - before[h]) * 1000 / count for h, d in (("AA", a), ("BB", b))}
+
+
+def idle_cost(root: Path, protocol: str, seconds: float) -> dict:
+    """Host BB with lines to AA and CC, all UP, default timers, nothing to send: BB's share of a
+    core over `seconds` and its resident bytes, as first started on a fresh checkpoint and again
+    after a restart on it (which does not load what only creating a checkpoint needs)."""
+    with Lines(str(root / "dev"), ["AA-BB", "BB-CC"], baud=115200) as vl:
+        keys = {"protocol": protocol, "baud": 115200}
+        hosts = {"AA": [("BB", "secondary")], "BB": [("AA", "primary"), ("CC", "primary")], "CC": [("BB", "secondary")]}
+        daemons = [DaemonProcess(write_config(root, h, [{"peer": p, "port": vl.port(h, p), "role": role, **keys}
+                                                        for p, role in peers]))
+                   for h, peers in hosts.items()]
+        out = {}
+        with contextlib.ExitStack() as stack:
+            for d in daemons:
+                stack.enter_context(d)
+            bb = daemons[1]
+            for when in ("fresh", "restarted"):
+                if when == "restarted":
+                    bb.stop()
+                    bb.start()
+                _wait_up(bb)
+                time.sleep(2.0)  # the sign-on's routes and traces settle
+                t0, c0 = time.monotonic(), cpu_seconds(bb.proc.pid)
+                time.sleep(seconds)
+                out[f"idle_core_share_{when}"] = (cpu_seconds(bb.proc.pid) - c0) / (time.monotonic() - t0)
+                out[f"idle_rss_mb_{when}"] = rss(bb.proc.pid) / 1e6
+        return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--protocols", default="async,bsc", help="comma-separated")
     p.add_argument("--messages", type=int, default=1000, help="messages per sender for the throughput run")
     p.add_argument("--slow-messages", type=int, default=60, help="messages for the 9600-baud goodput run")
+    p.add_argument("--cpu-messages", type=int, default=2000, help="messages for the CPU run at 115200 baud")
+    p.add_argument("--idle-seconds", type=float, default=20.0,
+                   help="how long the idle daemon is watched (twice: fresh, then restarted)")
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help="comma-separated, of: rate (unpaced msg/s and latency), goodput (9600 baud), "
+                        "cpu (per 1,000 messages at 115200), idle (a daemon with two lines)")
     p.add_argument("--runs", type=int, default=3, help="runs; medians are reported")
     p.add_argument("--json", action="store_true")
 
 
+def one_run(protocol: str, parts: set[str], args: argparse.Namespace) -> dict:
+    """The parts asked for, once, each on fresh daemons."""
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="mccs-bench-") as tmp:
+        root = Path(tmp)
+        if "rate" in parts:
+            with daemon_pair(root / "fast", protocol, UNPACED) as (a, b):
+                out["messages_per_s"] = rate = message_rate(a.config, b.config, "BB", 4, args.messages, 128)
+                out["latency_p50_ms"], out["latency_p99_ms"] = (
+                    1000 * q for q in latency(a, b, rate / 2, min(2000, int(rate * 5)), 128))
+        if "goodput" in parts:
+            with daemon_pair(root / "slow", protocol, 9600) as (a, b):
+                out["goodput_9600"] = goodput(a, b, args.slow_messages, 128)
+        if "cpu" in parts:
+            with daemon_pair(root / "cpu", protocol, 115200) as (a, b):
+                cpu = cpu_per_message(a, b, args.cpu_messages, 128)
+                out["cpu_s_per_1000_AA"], out["cpu_s_per_1000_BB"] = cpu["AA"], cpu["BB"]
+        if "idle" in parts:
+            out.update(idle_cost(root / "idle", protocol, args.idle_seconds))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from mccs.testbed.bench_line import measure
-    results = []
+    parts = set(args.parts.split(","))
+    if not parts <= set(PARTS):
+        raise SystemExit(f"mccs bench network: unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; "
+                         f"choose from {', '.join(PARTS)}")
+    results, met = [], True
     for protocol in args.protocols.split(","):
-        rates, p50s, p99s, goods = [], [], [], []
+        runs = []
         for i in range(args.runs):
-            with tempfile.TemporaryDirectory(prefix="mccs-bench-") as tmp:
-                with daemon_pair(Path(tmp) / "fast", protocol, UNPACED) as (a, b):
-                    rates.append(message_rate(a.config, b.config, "BB", 4, args.messages, 128))
-                    p50, p99 = latency(a, b, rates[-1] / 2, min(2000, int(rates[-1] * 5)), 128)
-                    p50s.append(p50)
-                    p99s.append(p99)
-                with daemon_pair(Path(tmp) / "slow", protocol, 9600) as (a, b):
-                    goods.append(goodput(a, b, args.slow_messages, 128))
-            print(f"{protocol} run {i + 1}: {rates[-1]:7.0f} msg/s  p50 {p50s[-1] * 1000:6.1f} ms  "
-                  f"p99 {p99s[-1] * 1000:6.1f} ms  9600-baud goodput {goods[-1]:6.1f} B/s", flush=True)
-        bare = measure(protocol, 9600, 8 if protocol == "async" else None, args.slow_messages, args.runs, 1)
-        good = statistics.median(goods)
-        of_ceiling = good / (9600 / 10) / bare.ceiling
-        results.append({"protocol": protocol, "messages_per_s": round(statistics.median(rates), 1),
-                        "latency_p50_ms": round(statistics.median(p50s) * 1000, 2),
-                        "latency_p99_ms": round(statistics.median(p99s) * 1000, 2),
-                        "goodput_9600": round(good, 1), "of_ceiling": round(of_ceiling, 4),
-                        "bare_of_ceiling": bare.of_ceiling,
-                        "points_lost": round(100 * (bare.of_ceiling - of_ceiling), 2)})
+            runs.append(one_run(protocol, parts, args))
+            print(f"{protocol} run {i + 1}: " + "  ".join(f"{k} {v:.4g}" for k, v in runs[-1].items()), flush=True)
+        r = {"protocol": protocol, **{k: round(statistics.median(x[k] for x in runs), 4) for k in runs[0]}}
+        if "goodput" in parts:
+            bare = measure(protocol, 9600, 8 if protocol == "async" else None, args.slow_messages, args.runs, 1)
+            r["of_ceiling"] = round(r["goodput_9600"] / (9600 / 10) / bare.ceiling, 4)
+            r["bare_of_ceiling"] = bare.of_ceiling
+            r["points_lost"] = round(100 * (bare.of_ceiling - r["of_ceiling"]), 2)
+        if "cpu" in parts:
+            met &= max(r["cpu_s_per_1000_AA"], r["cpu_s_per_1000_BB"]) < CPU_TARGET
+        if "idle" in parts:
+            met &= all(r[f"idle_core_share_{w}"] < IDLE_CPU_TARGET and r[f"idle_rss_mb_{w}"] * 1e6 < IDLE_RSS_TARGET
+                       for w in ("fresh", "restarted"))
+        results.append(r)
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
+        return 0 if met else 1
     print(f"\nmccs bench network ({platform.node()}, {mp.cpu_count()} cores, Python {platform.python_version()}, "
           f"median of {args.runs}; 128-byte messages)")
-    print(f"{'protocol':8} {'msg/s unpaced':>13} {'p50 ms':>8} {'p99 ms':>8} {'9600 B/s':>9} {'of ceiling':>10} "
-          f"{'bare':>7} {'points lost':>11}")
     for r in results:
-        print(f"{r['protocol']:8} {r['messages_per_s']:13.0f} {r['latency_p50_ms']:8.1f} {r['latency_p99_ms']:8.1f} "
-              f"{r['goodput_9600']:9.1f} {r['of_ceiling']:10.1%} {r['bare_of_ceiling']:7.1%} {r['points_lost']:11.2f}")
-    print("targets: async >= 1000 msg/s unpaced; at 9600 baud no more than 3 points below the bare machines")
-    return 0
+        print(f"{r['protocol']}:")
+        if "rate" in parts:
+            print(f"  unpaced: {r['messages_per_s']:.0f} msg/s; at half that load p50 {r['latency_p50_ms']:.1f} ms, "
+                  f"p99 {r['latency_p99_ms']:.1f} ms (target: async >= 1000 msg/s)")
+        if "goodput" in parts:
+            print(f"  9600 baud: {r['goodput_9600']:.1f} B/s, {r['of_ceiling']:.1%} of the framing ceiling, bare "
+                  f"machines {r['bare_of_ceiling']:.1%}: {r['points_lost']:.2f} points lost (target <= 3)")
+        if "cpu" in parts:
+            print(f"  CPU per 1,000 messages at 115200: AA (sender) {r['cpu_s_per_1000_AA']:.3f} s, BB (receiver) "
+                  f"{r['cpu_s_per_1000_BB']:.3f} s (target < {CPU_TARGET} s per daemon)")
+        if "idle" in parts:
+            for w in ("fresh", "restarted"):
+                print(f"  idle with two lines, {w}: {r[f'idle_core_share_{w}']:.2%} of a core, "
+                      f"{r[f'idle_rss_mb_{w}']:.1f} MB resident (targets < {IDLE_CPU_TARGET:.0%}, "
+                      f"< {IDLE_RSS_TARGET / 1e6:.0f} MB)")
+    return 0 if met else 1
