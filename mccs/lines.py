@@ -376,7 +376,9 @@ class Lines:
         """The blocks for `dest` this line may hand over, in order; a block in segments again for
         each of its pieces, until its last one is handed."""
         for blk in self.lists.send.queue(dest):
-            if (not lcb.routed and blk.pseq) or blk.parked_until > wall or blk.held:  # numbered: only with a number
+            if not lcb.routed and blk.pseq:  # numbered: it goes only with its number, and none behind it
+                return  # may pass it unnumbered (the line signed on as version 1: it waits for a routed one)
+            if blk.parked_until > wall or blk.held:
                 continue
             if not self.blobs.ready(blk.data):  # its text is committed with this pass: it, and all after it, wait
                 return

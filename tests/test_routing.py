@@ -208,6 +208,34 @@ def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path)
     assert got == [b"%d" % i for i in range(5)]
 
 
+def test_a_numbered_message_is_not_overtaken_when_its_line_comes_back_without_routing(tmp_path):
+    """AA numbers m1 for BB on a routed line; BB crashes before storing it and comes back as a
+    version-1 peer (a BSC announcement lost to noise does the same). m1 may go only with its number,
+    so m2 must not pass it without one: nothing arrives until the line routes again, then m1, m2."""
+    import base64
+
+    from checkpoint.changes import Table
+    from linedrivers import AsyncLine
+    from mccs.kernel import Kernel
+    net = _net(tmp_path, ["AA-BB"])
+    aa, bb = net["AA"], net["BB"]
+    assert net.run(lambda: bb.kernel.lines["AA"].routed)
+    bb.crash_when = lambda fx: any(c.sql.startswith(f"INSERT INTO {Table.RECV_LIST} ") for c in fx.changes)
+    s = net.client("AA", "S")
+    assert s.send("BBR", b"m1")["ok"]
+    assert net.run(lambda: bb.crash_when is None)
+    bb.kernel = Kernel(bb.cfg, bb.cp.restore(), lambda lc: AsyncLine("BB", lc.peer, reply_timeout=lc.reply_timeout,
+                                                                     keepalive=lc.keepalive, selective_repeat=False))
+    bb.open_ports()
+    assert net.run(lambda: aa.kernel.lines["BB"].state == "UP" and not aa.kernel.lines["BB"].routed)
+    assert s.send("BBR", b"m2")["ok"]
+    r = net.client("BB", "R")
+    assert r.recv(timeout=20)["msg"] is None  # m2 waits behind m1
+    bb.crash()  # back as today's MCCS: the line routes again
+    r = net.client("BB", "R")
+    assert [base64.b64decode(x) for x in _drain(r, 2, net)] == [b"m1", b"m2"]
+
+
 # -- expiry, notices, receipts ----------------------------------------------------------------------
 def _notice(reply: dict) -> dict:
     """The notice a RECV got: its JSON text, with the FROM_ID and USER_ID it came under."""
