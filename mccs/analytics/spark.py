@@ -14,8 +14,10 @@ from __future__ import annotations
 import time
 
 from mccs.analytics import AnalyzeError
+from mccs.analytics.progress import QUIET, Progress
 from mccs.analytics.schema import (ARRIVAL_KINDS, DATA_KINDS, EXPIRY_REASONS, MINUTE, MSG_KINDS, NOTICE_KINDS,
-                                   PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows)
+                                   PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows, rebin,
+                                   time_bin, verdict)
 from mccs.analytics.session import LOG4J, java_available, start_session
 from mccs.analytics.traces import FIELDS, JSON_SUFFIXES, URL, compact, find_inputs, load_events, parse_time
 
@@ -26,11 +28,12 @@ __all__ = ["AnalyzeError", "LOG4J", "java_available", "start_session", "JSON_SUF
 KIND_ORDER = {k: i for i, k in enumerate(MSG_KINDS)}      # breaks ties of equal timestamps
 
 
-def analyze(spark, paths: list[str], since=None, until=None) -> dict:
+def analyze(spark, paths: list[str], since=None, until=None, progress: Progress = QUIET) -> dict:
     """The whole analysis: the summary dict (summary.json) plus the tables for the report
-    under the private key `_tables`.
+    under the private key `_tables`. `progress` is told each step.
 
-    The input is read twice: once for every count (`_one_pass`), once for the messages."""
+    The input is read twice: once for every count (`_one_pass`), once for the messages; a third
+    time only for a window under SUBMINUTE_WINDOW known only after the first (see `_traffic`)."""
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
@@ -41,14 +44,20 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
         in_window &= F.col("ts") >= since
     if until is not None:
         in_window &= F.col("ts") < until
-    sides, minutes, up_down = _one_pass(events, in_window)
+    # bins under a minute for a window known to be short are counted in the same pass
+    tick = time_bin(until - since) if since is not None and until is not None else None
+    tick = tick if tick is not None and tick < MINUTE else None
+    progress.stage("counting frames, line and message events")
+    sides, minutes, up_down, ticks = _one_pass(events, in_window, tick)
     events_in = sum(r["n"] for r in sides if r["win"])
+    malformed = sum(r["n"] for r in sides if r["bad"])
+    progress.stage(f"{sum(r['n'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
     if not events_in:
         raise AnalyzeError(f"no valid trace events in the window ({sum(r['n'] for r in sides)} lines read, "
-                           f"{sum(r['n'] for r in sides if r['bad'])} malformed): check the paths and "
-                           f"--since/--until")
+                           f"{malformed} malformed): check the paths and --since/--until")
     ws = since if since is not None else min(r["t_min"] for r in sides if r["win"])
     we = until if until is not None else max(r["t_max"] for r in sides if r["win"])
+    width = time_bin(we - ws)
     counts: dict[tuple, dict] = {}
     for r in sides:             # rows apart only by up/down time or proto are one count here
         key = (r["type"], r["host"], r["line"], r["dir"], r["kind"])
@@ -60,16 +69,21 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
             counts[key] = r
     up, baud = _up_intervals(up_down, ws, we)
     accepted = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "msg" and k == "accepted")
-    messages, routing, hosts_hwm, histogram, problems = _messages(events.filter(in_window), accepted)
+    progress.stage(f"joining the {accepted:,} messages across hosts")
+    messages, routing, hosts_hwm, histogram, problems, latency_bins = _messages(events.filter(in_window), accepted,
+                                                                                width)
     routing["route_changes"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "line" and k == "route")
     directions = _directions(counts, minutes, up, baud, ws, we)
+    if width < MINUTE and ticks is None:
+        progress.stage(f"counting frames per {width} s")
+    traffic = _traffic(events, in_window, minutes, ticks, width)
     summary = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "engine": {"spark": spark.version, "master": spark.sparkContext.master,
                    "seconds": round(time.monotonic() - t0, 3)},
         "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["n"] for r in sides),
-                  "events": events_in, "malformed": sum(r["n"] for r in sides if r["bad"]),
+                  "events": events_in, "malformed": malformed,
                   "since": since, "until": until,
                   "window": {"start": ws, "end": we, "seconds": we - ws}},
         "directions": directions,
@@ -77,52 +91,86 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
         "messages": messages,
         "hosts": _hosts(counts, hosts_hwm),
         "routing": routing,
+        "time_bin_seconds": width,
     }
+    summary["verdict"] = verdict(summary)
     summary["_tables"] = {"minutes": minutes, "up": up, "histogram": histogram, "problems": problems,
-                          "hops": routing["hops"]}
+                          "hops": routing["hops"], "traffic": traffic, "latency": latency_bins}
     return summary
 
 
-def _one_pass(events, in_window) -> tuple[list[dict], list[dict], list[dict]]:
+def _frame_counts() -> list:
+    """What is counted of the frames per minute or bin (and of every group of the first pass)."""
+    from pyspark.sql import functions as F
+    return [F.count(F.lit(1)).alias("n"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
+            F.count(F.when(F.col("retransmit"), 1)).alias("retrans"),
+            F.count(F.when(F.col("kind").isin(*DATA_KINDS), 1)).alias("data_frames")]
+
+
+def _one_pass(events, in_window, tick: int | None = None) -> tuple[list[dict], list[dict], list[dict], list | None]:
     """One scan, one aggregation over two grouping sets: figures per (malformed, in window, type,
     host, line, dir, kind, proto), with the few up/down events kept one by one (also those outside
-    the window, which give the line state at its start); and frames per (host, line, dir, minute).
-    Returns (sides, minutes, up/down events). Only fixed-width aggregates (no max of a string):
-    those keep Spark on its hash aggregation instead of a sort."""
+    the window, which give the line state at its start); and frames per (host, line, dir, minute),
+    and per bin of `tick` seconds when given (a third set). Returns (sides, minutes, up/down
+    events, bins or None). Only fixed-width aggregates (no max of a string): those keep Spark on
+    its hash aggregation instead of a sort."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     up_down = ~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down") & F.col("line").isNotNull()
     frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
     data_msg = (F.col("kind").isin(*DATA_KINDS) & F.col("origin").isNotNull() & F.col("msg_id").isNotNull()
                 & F.coalesce(F.col("ok"), F.lit(True)) & ~F.coalesce(F.col("retransmit"), F.lit(False)))
+    bins = {"minute": F.floor(F.col("ts") / MINUTE)} | ({"tick": F.floor(F.col("ts") / tick)} if tick else {})
     keys = events.select("*", in_window.alias("win"), F.when(up_down, F.col("ts")).alias("ud_ts"),
                          F.when(up_down, F.col("baud")).alias("ud_baud"),
-                         F.when(frame, F.floor(F.col("ts") / MINUTE)).alias("minute"))
+                         *[F.when(frame, b).alias(k) for k, b in bins.items()])
     side_keys = ("bad", "win", "type", "host", "line", "dir", "kind", "proto", "ud_ts", "ud_baud")
-    minute_keys = ("host", "line", "dir", "minute")
-    agg = (keys.groupingSets([side_keys, minute_keys], *dict.fromkeys(side_keys + minute_keys))
-           .agg(F.grouping_id().alias("set"), F.count(F.lit(1)).alias("n"),
-                F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
-                F.count(F.when(F.col("retransmit"), 1)).alias("retrans"),
+    sets = [side_keys] + [("host", "line", "dir", k) for k in bins]
+    agg = (keys.groupingSets(sets, *dict.fromkeys(side_keys + tuple(bins)))
+           .agg(*[F.grouping(k).alias(f"g_{k}") for k in bins], *_frame_counts(),
                 F.count(F.when(F.col("ok") == F.lit(False), 1)).alias("bad_frames"),
                 F.count(F.when(data_msg, 1)).alias("data_messages"),
-                F.count(F.when(F.col("kind").isin(*DATA_KINDS), 1)).alias("data_frames"),
                 F.min("ts").alias("t_min"), F.max("ts").alias("t_max"))
            .persist(StorageLevel.MEMORY_AND_DISK))
-    try:                        # grouping_id sets a bit for each key left out: for sides only minute (last)
-        sides = [r.asDict() for r in agg.filter(F.col("set") == 1).collect()]
-        # minutes reach Python as a few rows of number arrays: a million Rows would take longer than the job
-        columns = ("minute", "n", "bytes", "retrans", "data_frames")
-        per_dir = (agg.filter((F.col("set") != 1) & F.col("minute").isNotNull()).groupBy("host", "line", "dir")
-                   .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
-                   .select("host", "line", "dir", *[F.col(f"m.{c}").alias(c) for c in columns]).collect())
+    try:                        # grouping(k) is 1 in the rows of a set without k: sides have no bin
+        sides = [r.asDict() for r in agg.filter(sum(F.col(f"g_{k}") for k in bins) == len(bins)).collect()]
+        per_bin = {k: _binned(agg.filter((F.col(f"g_{k}") == 0) & F.col(k).isNotNull()), k) for k in bins}
     finally:
         agg.unpersist()
-    minutes = [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
-                "minute": int(m) * int(MINUTE), "frames": n, "bytes": b, "retransmissions": rt, "data_frames": d}
-               for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]))
-               for m, n, b, rt, d in zip(*(r[c] for c in columns))]
-    return sides, minutes, [r for r in sides if r["ud_ts"] is not None]
+    minutes = [{**{k: v for k, v in r.items() if k != "start"}, "minute": r["start"] * int(MINUTE)}
+               for r in per_bin["minute"]]
+    ticks = [{**r, "start": r["start"] * tick} for r in per_bin["tick"]] if tick else None
+    return sides, minutes, [r for r in sides if r["ud_ts"] is not None], ticks
+
+
+def _binned(counts, key: str) -> list[dict]:
+    """Frame counts per (host, line, dir, `key`) as rows with `start` (the key's value), ordered by
+    line, host, dir and time. They reach Python as a few rows of number arrays: a million Rows
+    would take longer than the job."""
+    from pyspark.sql import functions as F
+    columns = (key, "n", "bytes", "retrans", "data_frames")
+    per_dir = (counts.groupBy("host", "line", "dir")
+               .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
+               .select("host", "line", "dir", *[F.col(f"m.{c}").alias(c) for c in columns]).collect())
+    return [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
+             "start": int(m), "frames": n, "bytes": b, "retransmissions": rt, "data_frames": d}
+            for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]))
+            for m, n, b, rt, d in zip(*(r[c] for c in columns))]
+
+
+def _traffic(events, in_window, minutes: list[dict], ticks: list[dict] | None, width: int) -> list[dict]:
+    """Frame counts per bin of `width` seconds for the time plots: from the minutes for a bin of
+    minutes; under a minute (a window under SUBMINUTE_WINDOW, so a small input) from the bins
+    of the first pass, or counted now when the window was known only after it."""
+    from pyspark.sql import functions as F
+    if width >= MINUTE:
+        return rebin(minutes, "minute", width)
+    if ticks is None:
+        frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
+        counts = (events.filter(frame).groupBy("host", "line", "dir", F.floor(F.col("ts") / width).alias("tick"))
+                  .agg(*_frame_counts()))
+        ticks = [{**r, "start": r["start"] * width} for r in _binned(counts, "tick")]
+    return ticks
 
 
 def _up_intervals(up_down: list[dict], ws: float, we: float) -> tuple[list[dict], dict]:
@@ -202,11 +250,12 @@ def _proto(counts: dict, host: str, peer: str) -> str | None:
                default=None)
 
 
-def _messages(win, accepted: int = 0):
+def _messages(win, accepted: int = 0, width: float = MINUTE):
     """Join msg events across hosts by (origin, msg_id), each `accepted` opening a new message
     of its key (MSG_IDs wrap), and derive latency, lost, pending, duplicated, expired, the
-    routing figures, each message's path and list levels. `accepted` (the count of `accepted`
-    events) chooses how percentiles are found (see _percentiles)."""
+    routing figures, each message's path, list levels and latency per bin of `width` seconds.
+    `accepted` (the count of `accepted` events) chooses how percentiles are found (see
+    _percentiles)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -332,7 +381,9 @@ def _messages(win, accepted: int = 0):
     messages["latency_received"] = figures("to_recv")
     messages["notices"] = {"accepted": s["notices"] or 0, "delivered": s["notices_delivered"] or 0,
                            "lost": s["notices_lost"] or 0, "by_kind": by_code(NOTICE_KINDS, "notice")}
-    histogram, hops = _histogram(per.filter(known & F.col("latency").isNotNull()))
+    delivered = per.filter(known & F.col("latency").isNotNull())
+    histogram, hops = _histogram(delivered)
+    latency_bins = _latency_bins(delivered, width)
     routing = {"forwarded_events": s["forwarded_events"] or 0, "forwarded_messages": s["forwarded_messages"] or 0,
                "hops": hops, "hops_mean": (sum(r["hops"] * r["messages"] for r in hops)
                                            / sum(r["messages"] for r in hops)) if hops else None,
@@ -348,7 +399,20 @@ def _messages(win, accepted: int = 0):
                 .orderBy("accepted").limit(100_000).collect()]
     hwm = _high_water(per)
     per.unpersist()
-    return messages, routing, hwm, histogram, problems
+    return messages, routing, hwm, histogram, problems, latency_bins
+
+
+def _latency_bins(delivered, width: float) -> list[dict]:
+    """p50 and p99 of the latency of the messages accepted in each bin of `width` seconds, for the
+    report's plot: Spark's approximate percentiles (within 1/ACCURACY of the rank), one small
+    aggregation of the messages, not of the events."""
+    from pyspark.sql import functions as F
+    rows = (delivered.groupBy(F.floor(F.col("acc.ts") / width).alias("bin"))
+            .agg(F.count(F.lit(1)).alias("messages"),
+                 F.percentile_approx("latency", [0.5, 0.99], ACCURACY).alias("pct"))
+            .orderBy("bin").collect())
+    return [{"start": r["bin"] * width, "messages": r["messages"], "p50": r["pct"][0], "p99": r["pct"][1]}
+            for r in rows]
 
 
 ACCURACY = 1000            # of the approximate percentiles that bracket the exact ones
