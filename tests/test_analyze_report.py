@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mccs.analytics.report import duration, pct, size
-from mccs.analytics.schema import rebin, time_bin
+from mccs.analytics.schema import time_bin
 from mccs.testbed.tracegen import generate
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -87,10 +87,6 @@ def test_the_browser_check_fails_on_a_broken_page(tmp_path):
 
 def test_time_bins_and_units():
     assert [time_bin(s) for s in (20, 600, 1799, 1800, 3 * 86400, 30 * 86400)] == [1, 5, 10, 60, 1800, 21600]
-    minutes = [{"line": "AA-BB", "host": "AA", "dir": "tx", "minute": m * 60, "frames": 1, "bytes": 10,
-                "retransmissions": m % 2, "data_frames": 1} for m in range(6)]
-    assert [(r["start"], r["bytes"], r["retransmissions"]) for r in rebin(minutes, "minute", 120)] == [
-        (0, 20, 1), (120, 20, 1), (240, 20, 1)]
     assert [pct(v) for v in (0.009709, 1.0, 0.9991, 0.99996, 0.0004, None)] == ["1.0%", "100%", "99.91%", ">99.99%", "<0.1%", "–"]
     assert [duration(s) for s in (0.0123, 0.4, 1, 2.345, 75, 7384, 3 * 86400 + 7200)] == [
         "12 ms", "400 ms", "1 s", "2.35 s", "1 min 15 s", "2 h 03 min", "3 d 02 h"]

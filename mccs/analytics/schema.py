@@ -45,7 +45,7 @@ PERCENTILES = (0.5, 0.95, 0.99)
 MINUTE = 60.0
 # Widths of the report's time bins (seconds): the smallest that cuts the window in at most
 # MAX_BINS; under a minute only for a window shorter than SUBMINUTE_WINDOW (a longer one has
-# enough minutes for a curve, and its bins come from the minutes counted anyway).
+# enough minutes for a curve, and its bins are sums of the minutes counted anyway).
 TIME_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
              172800, 604800)
 MAX_BINS = 200
@@ -68,20 +68,6 @@ def time_bin(seconds: float) -> int:
     """The width of the time plots' bins for a window of `seconds`."""
     width = next((b for b in TIME_BINS if b * MAX_BINS >= seconds), TIME_BINS[-1])
     return width if width >= MINUTE or seconds < SUBMINUTE_WINDOW else int(MINUTE)
-
-
-def rebin(rows: list[dict], key: str, width: int) -> list[dict]:
-    """Per-minute traffic rows (`key`: the minute's start) summed into bins of `width` seconds,
-    a multiple of a minute: rows of `line`, `host`, `dir`, `start` and the counts."""
-    bins: dict[tuple, dict] = {}
-    for r in rows:
-        start = r[key] // width * width
-        b = bins.setdefault((r["line"], r["host"], r["dir"], start),
-                            {"line": r["line"], "host": r["host"], "dir": r["dir"], "start": start,
-                             "frames": 0, "bytes": 0, "retransmissions": 0, "data_frames": 0})
-        for k in ("frames", "bytes", "retransmissions", "data_frames"):
-            b[k] += r[k]
-    return list(bins.values())
 
 
 def verdict(summary: dict) -> dict:

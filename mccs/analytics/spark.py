@@ -16,8 +16,8 @@ import time
 from mccs.analytics import AnalyzeError
 from mccs.analytics.progress import QUIET, Progress
 from mccs.analytics.schema import (ARRIVAL_KINDS, DATA_KINDS, EXPIRY_REASONS, MINUTE, MSG_KINDS, NOTICE_KINDS,
-                                   PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows, rebin,
-                                   time_bin, verdict)
+                                   PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows, time_bin,
+                                   verdict)
 from mccs.analytics.session import LOG4J, java_available, start_session
 from mccs.analytics.traces import FIELDS, JSON_SUFFIXES, URL, compact, find_inputs, load_events, parse_time
 
@@ -33,7 +33,7 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
     under the private key `_tables`. `progress` is told each step.
 
     The input is read twice: once for every count (`_one_pass`), once for the messages; a third
-    time only for a window under SUBMINUTE_WINDOW known only after the first (see `_traffic`)."""
+    time only for a window under SUBMINUTE_WINDOW known only after the first (`_frames_per_bin`)."""
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
@@ -44,20 +44,15 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
         in_window &= F.col("ts") >= since
     if until is not None:
         in_window &= F.col("ts") < until
-    # bins under a minute for a window known to be short are counted in the same pass
-    tick = time_bin(until - since) if since is not None and until is not None else None
-    tick = tick if tick is not None and tick < MINUTE else None
     progress.stage("counting frames, line and message events")
-    sides, minutes, up_down, ticks = _one_pass(events, in_window, tick)
+    sides, minutes, up_down, window, traffic = _one_pass(events, in_window, since, until)
     events_in = sum(r["n"] for r in sides if r["win"])
     malformed = sum(r["n"] for r in sides if r["bad"])
     progress.stage(f"{sum(r['n'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
-    if not events_in:
+    if window is None:
         raise AnalyzeError(f"no valid trace events in the window ({sum(r['n'] for r in sides)} lines read, "
                            f"{malformed} malformed): check the paths and --since/--until")
-    ws = since if since is not None else min(r["t_min"] for r in sides if r["win"])
-    we = until if until is not None else max(r["t_max"] for r in sides if r["win"])
-    width = time_bin(we - ws)
+    ws, we, width = window
     counts: dict[tuple, dict] = {}
     for r in sides:             # rows apart only by up/down time or proto are one count here
         key = (r["type"], r["host"], r["line"], r["dir"], r["kind"])
@@ -74,9 +69,9 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
                                                                                 width)
     routing["route_changes"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "line" and k == "route")
     directions = _directions(counts, minutes, up, baud, ws, we)
-    if width < MINUTE and ticks is None:
+    if traffic is None:
         progress.stage(f"counting frames per {width} s")
-    traffic = _traffic(events, in_window, minutes, ticks, width)
+        traffic = _frames_per_bin(events, in_window, width)
     summary = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -107,23 +102,27 @@ def _frame_counts() -> list:
             F.count(F.when(F.col("kind").isin(*DATA_KINDS), 1)).alias("data_frames")]
 
 
-def _one_pass(events, in_window, tick: int | None = None) -> tuple[list[dict], list[dict], list[dict], list | None]:
-    """One scan, one aggregation over two grouping sets: figures per (malformed, in window, type,
-    host, line, dir, kind, proto), with the few up/down events kept one by one (also those outside
-    the window, which give the line state at its start); and frames per (host, line, dir, minute),
-    and per bin of `tick` seconds when given (a third set). Returns (sides, minutes, up/down
-    events, bins or None). Only fixed-width aggregates (no max of a string): those keep Spark on
-    its hash aggregation instead of a sort."""
+def _one_pass(events, in_window, since: float | None, until: float | None):
+    """One scan, one aggregation over grouping sets: figures per (malformed, in window, type, host,
+    line, dir, kind, proto), with the few up/down events kept one by one (also those outside the
+    window, which give the line state at its start); frames per (host, line, dir, minute); and
+    per bin under a minute when --since and --until make a window short enough for that.
+    Returns (sides, minutes, up/down events, window, traffic): the window as (start, end, bin
+    width), None without events in it; traffic the frames per bin of that width (the minutes
+    summed, in Spark), or None for bins under a minute not counted here (a window known only now).
+    Only fixed-width aggregates (no max of a string): those keep Spark on its hash aggregation
+    instead of a sort."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     up_down = ~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down") & F.col("line").isNotNull()
     frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
     data_msg = (F.col("kind").isin(*DATA_KINDS) & F.col("origin").isNotNull() & F.col("msg_id").isNotNull()
                 & F.coalesce(F.col("ok"), F.lit(True)) & ~F.coalesce(F.col("retransmit"), F.lit(False)))
-    bins = {"minute": F.floor(F.col("ts") / MINUTE)} | ({"tick": F.floor(F.col("ts") / tick)} if tick else {})
+    known = time_bin(until - since) if since is not None and until is not None else MINUTE
+    bins = {"minute": MINUTE} | ({"tick": known} if known < MINUTE else {})
     keys = events.select("*", in_window.alias("win"), F.when(up_down, F.col("ts")).alias("ud_ts"),
                          F.when(up_down, F.col("baud")).alias("ud_baud"),
-                         *[F.when(frame, b).alias(k) for k, b in bins.items()])
+                         *[F.when(frame, F.floor(F.col("ts") / w)).alias(k) for k, w in bins.items()])
     side_keys = ("bad", "win", "type", "host", "line", "dir", "kind", "proto", "ud_ts", "ud_baud")
     sets = [side_keys] + [("host", "line", "dir", k) for k in bins]
     agg = (keys.groupingSets(sets, *dict.fromkeys(side_keys + tuple(bins)))
@@ -134,43 +133,55 @@ def _one_pass(events, in_window, tick: int | None = None) -> tuple[list[dict], l
            .persist(StorageLevel.MEMORY_AND_DISK))
     try:                        # grouping(k) is 1 in the rows of a set without k: sides have no bin
         sides = [r.asDict() for r in agg.filter(sum(F.col(f"g_{k}") for k in bins) == len(bins)).collect()]
-        per_bin = {k: _binned(agg.filter((F.col(f"g_{k}") == 0) & F.col(k).isNotNull()), k) for k in bins}
+        per = {k: agg.filter((F.col(f"g_{k}") == 0) & F.col(k).isNotNull()) for k in bins}
+        minutes = _binned(per["minute"], "minute", MINUTE, label="minute")
+        win = [r for r in sides if r["win"]]
+        window, traffic = None, []
+        if win:
+            ws = since if since is not None else min(r["t_min"] for r in win)
+            we = until if until is not None else max(r["t_max"] for r in win)
+            window = (ws, we, time_bin(we - ws))
+            width = window[2]
+            if width >= MINUTE:
+                traffic = _binned(per["minute"].groupBy("host", "line", "dir", F.floor(F.col("minute") * MINUTE / width)
+                                                        .alias("bin")).agg(*_sums()), "bin", width)
+            else:
+                traffic = _binned(per["tick"], "tick", width) if "tick" in per else None
     finally:
         agg.unpersist()
-    minutes = [{**{k: v for k, v in r.items() if k != "start"}, "minute": r["start"] * int(MINUTE)}
-               for r in per_bin["minute"]]
-    ticks = [{**r, "start": r["start"] * tick} for r in per_bin["tick"]] if tick else None
-    return sides, minutes, [r for r in sides if r["ud_ts"] is not None], ticks
+    return sides, minutes, [r for r in sides if r["ud_ts"] is not None], window, traffic
 
 
-def _binned(counts, key: str) -> list[dict]:
-    """Frame counts per (host, line, dir, `key`) as rows with `start` (the key's value), ordered by
-    line, host, dir and time. They reach Python as a few rows of number arrays: a million Rows
-    would take longer than the job."""
+def _sums() -> list:
+    """The frame counts of _frame_counts summed over groups of them."""
+    from pyspark.sql import functions as F
+    return [F.sum(c).alias(c) for c in ("n", "bytes", "retrans", "data_frames")]
+
+
+def _binned(counts, key: str, width: float, label: str = "start") -> list[dict]:
+    """Frame counts per (host, line, dir, `key`: a bin number) as rows with `label` (the bin's
+    start, epoch seconds: key x `width`), ordered by line, host, dir and time. They reach Python
+    as a few rows of number arrays: a million Rows would take longer than the job."""
     from pyspark.sql import functions as F
     columns = (key, "n", "bytes", "retrans", "data_frames")
     per_dir = (counts.groupBy("host", "line", "dir")
                .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
                .select("host", "line", "dir", *[F.col(f"m.{c}").alias(c) for c in columns]).collect())
+    step = int(width)
     return [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
-             "start": int(m), "frames": n, "bytes": b, "retransmissions": rt, "data_frames": d}
+             label: int(m) * step, "frames": n, "bytes": b, "retransmissions": rt, "data_frames": d}
             for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]))
             for m, n, b, rt, d in zip(*(r[c] for c in columns))]
 
 
-def _traffic(events, in_window, minutes: list[dict], ticks: list[dict] | None, width: int) -> list[dict]:
-    """Frame counts per bin of `width` seconds for the time plots: from the minutes for a bin of
-    minutes; under a minute (a window under SUBMINUTE_WINDOW, so a small input) from the bins
-    of the first pass, or counted now when the window was known only after it."""
+def _frames_per_bin(events, in_window, width: int) -> list[dict]:
+    """Frames per bin under a minute for a window known only after the first pass: counted again,
+    which only a window under SUBMINUTE_WINDOW (a small input) pays."""
     from pyspark.sql import functions as F
-    if width >= MINUTE:
-        return rebin(minutes, "minute", width)
-    if ticks is None:
-        frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
-        counts = (events.filter(frame).groupBy("host", "line", "dir", F.floor(F.col("ts") / width).alias("tick"))
-                  .agg(*_frame_counts()))
-        ticks = [{**r, "start": r["start"] * width} for r in _binned(counts, "tick")]
-    return ticks
+    frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
+    counts = (events.filter(frame).groupBy("host", "line", "dir", F.floor(F.col("ts") / width).alias("tick"))
+              .agg(*_frame_counts()))
+    return _binned(counts, "tick", width)
 
 
 def _up_intervals(up_down: list[dict], ws: float, we: float) -> tuple[list[dict], dict]:
