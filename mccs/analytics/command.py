@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mccs.analytics import spark_missing
 from mccs.analytics.progress import QUIET, Progress
-from mccs.analytics.report import duration, number, pct
+from mccs.analytics.report import duration, number, pct, plural
 
 EXIT_USAGE = 2
 
@@ -87,7 +87,7 @@ def _found(paths: list[str]) -> str:
     """What the paths hold, in words: "3 trace files, 1 Parquet dataset"."""
     from mccs.analytics.traces import find_inputs
     files, roots, urls = find_inputs(paths)
-    return ", ".join(f"{len(x)} {name}{'s' * (len(x) != 1)}" for x, name in
+    return ", ".join(plural(len(x), name) for x, name in
                      ((files, "trace file"), (roots, "Parquet dataset"), (urls, "URL")) if x) or "no trace files"
 
 
@@ -116,6 +116,7 @@ def terminal_table(summary: dict) -> str:
     worst = v["worst_line"]
     if worst:
         out.append(f"lines: availability {pct(v['availability'])} (mean)  worst {worst['line']}: "
-                   f"{pct(worst['availability'])}, {worst['outages']} outages, {worst['retransmissions']} retransmissions")
+                   f"{pct(worst['availability'])}, {plural(worst['outages'], 'outage')}, "
+                   f"{plural(worst['retransmissions'], 'retransmission')}")
     out.append(f"events {i['events']}  malformed lines {i['malformed']}  files {i['files']}")
     return "\n".join(out)

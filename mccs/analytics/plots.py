@@ -10,7 +10,7 @@ import math
 from datetime import datetime, timezone
 from pathlib import Path
 
-from mccs.analytics.report import duration, outages
+from mccs.analytics.report import duration, outages, plural
 
 DOWN, NOT_UP, UP = "tab:red", "lightgray", "tab:green"
 
@@ -123,7 +123,7 @@ def _timeline(plt, summary, tables, ws, we, width, starts, unit):
             ax.plot([_utc(a) for a, _ in down], [i + 0.45] * len(down), "v", color=DOWN, ms=7)
     ax.set_yticks(range(len(sides)), [f"{ln} at {h}" for ln, h in reversed(sides)])
     ax.set_ylim(-0.6, len(sides) - 0.4 + 0.3)
-    ax.set_title(f"green UP, red DOWN ({len(gone)} outage{'s' * (len(gone) != 1)}, each marked ▼), "
+    ax.set_title(f"green UP, red DOWN ({plural(len(gone), 'outage')}, each marked ▼), "
                  f"grey before the first UP", fontsize="medium")
     _time_axis(ax, ws, we)
     ax.set_xlabel("UTC")

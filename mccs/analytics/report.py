@@ -129,6 +129,10 @@ def when(t) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + frac
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'s' * (n != 1)}"
+
+
 def number(v) -> str:
     if v is None:
         return "–"
@@ -197,8 +201,8 @@ def verdict_block(v: dict) -> str:
     figures.append(_figure(duration(v["latency_p50"]), f"latency p50 (p99 {duration(v['latency_p99'])})"))
     figures.append(_figure(pct(v["availability"]), "line availability (mean)"))
     if worst:
-        detail = (f"{pct(worst['availability'])} available, {worst['outages']} outage"
-                  f"{'s' * (worst['outages'] != 1)}, {worst['retransmissions']:,} retransmissions"
+        detail = (f"{pct(worst['availability'])} available, {plural(worst['outages'], 'outage')}, "
+                  f"{plural(worst['retransmissions'], 'retransmission')}"
                   + (f" ({pct(worst['retransmission_rate'])} of messages)" if worst["retransmission_rate"] else ""))
         figures.append(_figure(worst["line"], f"worst line: {detail}"))
     return (f"<div class='verdict{'' if v['clean'] else ' bad'}' id='verdict'>"
