@@ -133,45 +133,57 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
            .persist(StorageLevel.MEMORY_AND_DISK))
     try:                        # grouping(k) is 1 in the rows of a set without k: sides have no bin
         sides = [r.asDict() for r in agg.filter(sum(F.col(f"g_{k}") for k in bins) == len(bins)).collect()]
-        per = {k: agg.filter((F.col(f"g_{k}") == 0) & F.col(k).isNotNull()) for k in bins}
-        minutes = _binned(per["minute"], "minute", MINUTE, label="minute")
-        win = [r for r in sides if r["win"]]
-        window, traffic = None, []
-        if win:
-            ws = since if since is not None else min(r["t_min"] for r in win)
-            we = until if until is not None else max(r["t_max"] for r in win)
-            window = (ws, we, time_bin(we - ws))
-            width = window[2]
-            if width >= MINUTE:
-                traffic = _binned(per["minute"].groupBy("host", "line", "dir", F.floor(F.col("minute") * MINUTE / width)
-                                                        .alias("bin")).agg(*_sums()), "bin", width)
-            else:
-                traffic = _binned(per["tick"], "tick", width) if "tick" in per else None
+        per = {k: _per_dir(agg.filter((F.col(f"g_{k}") == 0) & F.col(k).isNotNull()), k) for k in bins}
     finally:
         agg.unpersist()
+    minutes = _rows(per["minute"], MINUTE, label="minute")
+    win = [r for r in sides if r["win"]]
+    window, traffic = None, []
+    if win:
+        ws = since if since is not None else min(r["t_min"] for r in win)
+        we = until if until is not None else max(r["t_max"] for r in win)
+        window = (ws, we, time_bin(we - ws))
+        width = window[2]
+        traffic = (_rows(per["minute"], MINUTE, width) if width >= MINUTE
+                   else _rows(per["tick"], width) if "tick" in per else None)
     return sides, minutes, [r for r in sides if r["ud_ts"] is not None], window, traffic
 
 
-def _sums() -> list:
-    """The frame counts of _frame_counts summed over groups of them."""
-    from pyspark.sql import functions as F
-    return [F.sum(c).alias(c) for c in ("n", "bytes", "retrans", "data_frames")]
+BIN_COLUMNS = ("n", "bytes", "retrans", "data_frames")
 
 
-def _binned(counts, key: str, width: float, label: str = "start") -> list[dict]:
-    """Frame counts per (host, line, dir, `key`: a bin number) as rows with `label` (the bin's
-    start, epoch seconds: key x `width`), ordered by line, host, dir and time. They reach Python
-    as a few rows of number arrays: a million Rows would take longer than the job."""
+def _per_dir(counts, key: str) -> list:
+    """Frame counts per (host, line, dir, `key`: a bin number) as one Row of arrays per line end
+    and direction (bins in order): a million Rows would take longer than the job."""
     from pyspark.sql import functions as F
-    columns = (key, "n", "bytes", "retrans", "data_frames")
-    per_dir = (counts.groupBy("host", "line", "dir")
-               .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
-               .select("host", "line", "dir", *[F.col(f"m.{c}").alias(c) for c in columns]).collect())
-    step = int(width)
-    return [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
-             label: int(m) * step, "frames": n, "bytes": b, "retransmissions": rt, "data_frames": d}
-            for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]))
-            for m, n, b, rt, d in zip(*(r[c] for c in columns))]
+    columns = (key, *BIN_COLUMNS)
+    return (counts.groupBy("host", "line", "dir")
+            .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
+            .select("host", "line", "dir", F.col(f"m.{key}").alias("bin"),
+                    *[F.col(f"m.{c}").alias(c) for c in BIN_COLUMNS]).collect())
+
+
+def _rows(per_dir: list, width: float, into: float | None = None, label: str = "start") -> list[dict]:
+    """The rows of _per_dir's arrays (bins of `width` seconds), ordered by line, host, dir and time,
+    with `label` the bin's start (epoch seconds); summed into bins of `into` seconds when given
+    (a multiple of `width`), on the arrays, which is quick even for a million minutes."""
+    step, into = int(width), int(into or width)
+    out = []
+    for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"])):
+        line = "-".join(sorted((r["host"], r["line"])))
+        last = None
+        for b, n, nbytes, rt, d in zip(r["bin"], *(r[c] for c in BIN_COLUMNS)):
+            start = b * step // into * into
+            if last is not None and last[label] == start:
+                last["frames"] += n
+                last["bytes"] += nbytes
+                last["retransmissions"] += rt
+                last["data_frames"] += d
+                continue
+            last = {"line": line, "host": r["host"], "dir": r["dir"], label: start, "frames": n, "bytes": nbytes,
+                    "retransmissions": rt, "data_frames": d}
+            out.append(last)
+    return out
 
 
 def _frames_per_bin(events, in_window, width: int) -> list[dict]:
@@ -181,7 +193,7 @@ def _frames_per_bin(events, in_window, width: int) -> list[dict]:
     frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
     counts = (events.filter(frame).groupBy("host", "line", "dir", F.floor(F.col("ts") / width).alias("tick"))
               .agg(*_frame_counts()))
-    return _binned(counts, "tick", width)
+    return _rows(_per_dir(counts, "tick"), width)
 
 
 def _up_intervals(up_down: list[dict], ws: float, we: float) -> tuple[list[dict], dict]:
@@ -393,8 +405,7 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
     messages["notices"] = {"accepted": s["notices"] or 0, "delivered": s["notices_delivered"] or 0,
                            "lost": s["notices_lost"] or 0, "by_kind": by_code(NOTICE_KINDS, "notice")}
     delivered = per.filter(known & F.col("latency").isNotNull())
-    histogram, hops = _histogram(delivered)
-    latency_bins = _latency_bins(delivered, width)
+    histogram, hops, latency_bins = _histogram(delivered, width)
     routing = {"forwarded_events": s["forwarded_events"] or 0, "forwarded_messages": s["forwarded_messages"] or 0,
                "hops": hops, "hops_mean": (sum(r["hops"] * r["messages"] for r in hops)
                                            / sum(r["messages"] for r in hops)) if hops else None,
@@ -411,19 +422,6 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
     hwm = _high_water(per)
     per.unpersist()
     return messages, routing, hwm, histogram, problems, latency_bins
-
-
-def _latency_bins(delivered, width: float) -> list[dict]:
-    """p50 and p99 of the latency of the messages accepted in each bin of `width` seconds, for the
-    report's plot: Spark's approximate percentiles (within 1/ACCURACY of the rank), one small
-    aggregation of the messages, not of the events."""
-    from pyspark.sql import functions as F
-    rows = (delivered.groupBy(F.floor(F.col("acc.ts") / width).alias("bin"))
-            .agg(F.count(F.lit(1)).alias("messages"),
-                 F.percentile_approx("latency", [0.5, 0.99], ACCURACY).alias("pct"))
-            .orderBy("bin").collect())
-    return [{"start": r["bin"] * width, "messages": r["messages"], "p50": r["pct"][0], "p99": r["pct"][1]}
-            for r in rows]
 
 
 ACCURACY = 1000            # of the approximate percentiles that bracket the exact ones
@@ -511,20 +509,29 @@ def _decode(code):
     return F.unhex(F.conv(code, 10, 16)).cast("string")
 
 
-def _histogram(lat) -> tuple[list[dict], list[dict]]:
-    """Latency counts in tenths of a decade (log scale: latencies span ms to hours), and the
-    same messages counted by the lines they crossed: one aggregation for both."""
+def _histogram(lat, width: float) -> tuple[list[dict], list[dict], list[dict]]:
+    """Latency counts in tenths of a decade (log scale: latencies span ms to hours), the same
+    messages counted by the lines they crossed, and per bin of `width` seconds (by acceptance)
+    the messages and their latency's p50 and p99 for the report's plot (Spark's approximate
+    percentile, within 1/ACCURACY of the rank): one aggregation for the three."""
     from pyspark.sql import functions as F
-    b = F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1e-4))) * 10)
-    rows = lat.groupBy(b.alias("b"), "hops").count().collect()
+    keys = lat.select("latency", "hops", F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1e-4))) * 10).alias("b"),
+                      F.floor(F.col("acc.ts") / width).alias("bin"))
+    rows = (keys.groupingSets([("b", "hops"), ("bin",)], "b", "hops", "bin")
+            .agg(F.grouping("bin").alias("g_bin"), F.count(F.lit(1)).alias("count"),
+                 F.percentile_approx("latency", [0.5, 0.99], ACCURACY).alias("pct")).collect())
     buckets: dict[int, int] = {}
     hops: dict[int, int] = {}
+    bins = []
     for r in rows:
+        if r["g_bin"] == 0:
+            bins.append({"start": r["bin"] * width, "messages": r["count"], "p50": r["pct"][0], "p99": r["pct"][1]})
+            continue
         buckets[r["b"]] = buckets.get(r["b"], 0) + r["count"]
         if r["hops"] is not None:
             hops[r["hops"]] = hops.get(r["hops"], 0) + r["count"]
     return ([{"low": 10 ** (k / 10), "high": 10 ** ((k + 1) / 10), "count": v} for k, v in sorted(buckets.items())],
-            [{"hops": k, "messages": v} for k, v in sorted(hops.items())])
+            [{"hops": k, "messages": v} for k, v in sorted(hops.items())], sorted(bins, key=lambda b: b["start"]))
 
 
 def _high_water(per) -> dict:
