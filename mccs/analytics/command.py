@@ -1,6 +1,6 @@
 """`mccs analyze`: Spark analytics of trace files (DESIGN.md 6 and 8).
 
-    mccs analyze TRACE_PATH... [--master URL] [--out DIR] [--since T] [--until T] [--compact]
+    mccs analyze TRACE_PATH... [--master URL] [--out DIR] [--since T] [--until T] [--compact] [--quiet]
 
 From Python: `run_analysis(paths, out=..., master=...)` returns the summary dict.
 Heavy libraries (pyspark, matplotlib: the `analyze` extra) are imported inside the functions;
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mccs.analytics import spark_missing
 from mccs.analytics.progress import QUIET, Progress
-from mccs.analytics.report import duration, number, pct, plural
+from mccs.analytics.report import FORMATS, duration, number, pct, plural
 
 EXIT_USAGE = 2
 
@@ -93,7 +93,6 @@ def _found(paths: list[str]) -> str:
 
 def terminal_table(summary: dict) -> str:
     """The directions and the message figures, with units, for the terminal."""
-    from mccs.analytics.report import FORMATS
     cols = ("line", "host", "dir", "frames", "bytes", "data_messages", "retransmissions", "reject_rate",
             "crc_failures", "timeouts", "availability", "utilisation")
     rows = [[FORMATS.get(c, number)(r.get(c)) for c in cols] for r in summary["directions"]]
