@@ -209,6 +209,7 @@ def test_standalone_cluster_gives_the_local_figures(spark, traces, cluster, tmp_
     r = subprocess.run([sys.executable, "-m", "mccs.cli", "analyze", root, "--master", cluster,
                         "--out", str(tmp_path / "report")], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
+    assert "  [" not in r.stderr and "Spark tasks" not in r.stderr       # no progress off a terminal
     remote = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert remote["engine"]["master"] == cluster
     assert "Asked to launch executor" in (tmp_path / "worker.log").read_text()

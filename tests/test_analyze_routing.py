@@ -188,7 +188,7 @@ def test_three_hop_chain_figures_and_paths(spark, tmp_path):
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk["routing"]["forwarded_messages"] == 8 and on_disk["messages"]["expired"] == 3
     html = (out / "index.html").read_text()
-    assert "Routing" in html and "expired_by_reason_hop limit" in html
+    assert "Routing" in html and "<td>expired (hop limit)</td><td class=num>2</td>" in html
 
 
 @pytest.mark.timeout(240)

@@ -4,7 +4,9 @@
 - `session`: a quiet SparkSession, or an `AnalyzeError` saying what to install.
 - `traces`: the trace files found and read as one DataFrame; compaction to Parquet.
 - `spark`: the Spark job, trace events in, the summary dict out.
-- `command`: `mccs analyze` itself, `run_analysis()` and the report (CSV, plots, index.html).
+- `report`: the report folder (summary.json, CSV tables, index.html with the verdict); `plots`: its plots.
+- `progress`: progress on the terminal.
+- `command`: `mccs analyze` itself and `run_analysis()`.
 
 Spark is an extra: `pip install 'mccs[analyze]'` brings pyspark and matplotlib, and Spark needs a
 Java 17+ runtime. pyspark is imported only inside the functions that run a job, so the daemon,

@@ -43,6 +43,13 @@ NOTICE_KINDS = ("delivered", "undeliverable")   # `notice` of a notice's `accept
 PATH_SLOTS = 8                          # hosts of a message's path kept (more end the path with ">...")
 PERCENTILES = (0.5, 0.95, 0.99)
 MINUTE = 60.0
+# Widths of the report's time bins (seconds): the smallest that cuts the window in at most
+# MAX_BINS; under a minute only for a window shorter than SUBMINUTE_WINDOW (a longer one has
+# enough minutes for a curve, and its bins are sums of the minutes counted anyway).
+TIME_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+             172800, 604800)
+MAX_BINS = 200
+SUBMINUTE_WINDOW = 30 * MINUTE
 
 # Column order of the CSV tables (and of the rows in summary.json).
 DIRECTION_COLUMNS = ("line", "host", "peer", "dir", "proto", "baud", "frames", "bytes", "data_frames",
@@ -55,6 +62,34 @@ HOST_COLUMNS = ("host", "accepted", "sent", "acked", "received", "delivered", "d
                 "send_list_hwm", "recv_list_hwm", "forwarded", "expired")
 PROBLEM_COLUMNS = ("origin", "msg_id", "accepted", "status", "path")
 HOPS_COLUMNS = ("hops", "messages")
+
+
+def time_bin(seconds: float) -> int:
+    """The width of the time plots' bins for a window of `seconds`."""
+    width = next((b for b in TIME_BINS if b * MAX_BINS >= seconds), TIME_BINS[-1])
+    return width if width >= MINUTE or seconds < SUBMINUTE_WINDOW else int(MINUTE)
+
+
+def verdict(summary: dict) -> dict:
+    """What the report opens with: the messages' fate, the lines' mean availability and the
+    worst line (the least available; of equals, the most retransmissions per message)."""
+    m = summary["messages"]
+
+    def retransmission_rate(ln: dict) -> float | None:
+        return ln["retransmissions"] / ln["data_messages"] if ln["data_messages"] else None
+
+    lines = summary["lines"]
+    known = [ln["availability"] for ln in lines if ln["availability"] is not None]
+    worst = min(lines, default=None, key=lambda ln: (1.0 if ln["availability"] is None else ln["availability"],
+                                                     -(retransmission_rate(ln) or 0.0)))
+    return {**{k: m[k] for k in ("accepted", "delivered", "lost", "pending", "duplicated", "expired")},
+            "clean": not (m["lost"] or m["duplicated"]),
+            "delivered_share": m["delivered"] / m["accepted"] if m["accepted"] else None,
+            "latency_p50": m["latency"]["p50"], "latency_p99": m["latency"]["p99"],
+            "availability": sum(known) / len(known) if known else None,
+            "worst_line": worst and {k: worst[k] for k in ("line", "availability", "outages", "retransmissions",
+                                                           "crc_failures", "timeouts")}
+            | {"retransmission_rate": retransmission_rate(worst)}}
 
 
 def line_rows(directions: list[dict]) -> list[dict]:

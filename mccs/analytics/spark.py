@@ -14,8 +14,10 @@ from __future__ import annotations
 import time
 
 from mccs.analytics import AnalyzeError
+from mccs.analytics.progress import QUIET, Progress
 from mccs.analytics.schema import (ARRIVAL_KINDS, DATA_KINDS, EXPIRY_REASONS, MINUTE, MSG_KINDS, NOTICE_KINDS,
-                                   PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows)
+                                   PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows, time_bin,
+                                   verdict)
 from mccs.analytics.session import LOG4J, java_available, start_session
 from mccs.analytics.traces import FIELDS, JSON_SUFFIXES, URL, compact, find_inputs, load_events, parse_time
 
@@ -26,11 +28,12 @@ __all__ = ["AnalyzeError", "LOG4J", "java_available", "start_session", "JSON_SUF
 KIND_ORDER = {k: i for i, k in enumerate(MSG_KINDS)}      # breaks ties of equal timestamps
 
 
-def analyze(spark, paths: list[str], since=None, until=None) -> dict:
+def analyze(spark, paths: list[str], since=None, until=None, progress: Progress = QUIET) -> dict:
     """The whole analysis: the summary dict (summary.json) plus the tables for the report
-    under the private key `_tables`.
+    under the private key `_tables`. `progress` is told each step.
 
-    The input is read twice: once for every count (`_one_pass`), once for the messages."""
+    The input is read twice: once for every count (`_one_pass`), once for the messages; a third
+    time only for a window under SUBMINUTE_WINDOW known only after the first (`_frames_per_bin`)."""
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
@@ -41,14 +44,15 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
         in_window &= F.col("ts") >= since
     if until is not None:
         in_window &= F.col("ts") < until
-    sides, minutes, up_down = _one_pass(events, in_window)
+    progress.stage("counting frames, line and message events")
+    sides, minutes, up_down, window, traffic = _one_pass(events, in_window, since, until)
     events_in = sum(r["n"] for r in sides if r["win"])
-    if not events_in:
+    malformed = sum(r["n"] for r in sides if r["bad"])
+    progress.stage(f"{sum(r['n'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
+    if window is None:
         raise AnalyzeError(f"no valid trace events in the window ({sum(r['n'] for r in sides)} lines read, "
-                           f"{sum(r['n'] for r in sides if r['bad'])} malformed): check the paths and "
-                           f"--since/--until")
-    ws = since if since is not None else min(r["t_min"] for r in sides if r["win"])
-    we = until if until is not None else max(r["t_max"] for r in sides if r["win"])
+                           f"{malformed} malformed): check the paths and --since/--until")
+    ws, we, width = window
     counts: dict[tuple, dict] = {}
     for r in sides:             # rows apart only by up/down time or proto are one count here
         key = (r["type"], r["host"], r["line"], r["dir"], r["kind"])
@@ -60,16 +64,21 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
             counts[key] = r
     up, baud = _up_intervals(up_down, ws, we)
     accepted = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "msg" and k == "accepted")
-    messages, routing, hosts_hwm, histogram, problems = _messages(events.filter(in_window), accepted)
+    progress.stage(f"joining the {accepted:,} messages across hosts")
+    messages, routing, hosts_hwm, histogram, problems, latency_bins = _messages(events.filter(in_window), accepted,
+                                                                                width)
     routing["route_changes"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "line" and k == "route")
     directions = _directions(counts, minutes, up, baud, ws, we)
+    if traffic is None:
+        progress.stage(f"counting frames per {width} s")
+        traffic = _frames_per_bin(events, in_window, width)
     summary = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "engine": {"spark": spark.version, "master": spark.sparkContext.master,
                    "seconds": round(time.monotonic() - t0, 3)},
         "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["n"] for r in sides),
-                  "events": events_in, "malformed": sum(r["n"] for r in sides if r["bad"]),
+                  "events": events_in, "malformed": malformed,
                   "since": since, "until": until,
                   "window": {"start": ws, "end": we, "seconds": we - ws}},
         "directions": directions,
@@ -77,52 +86,114 @@ def analyze(spark, paths: list[str], since=None, until=None) -> dict:
         "messages": messages,
         "hosts": _hosts(counts, hosts_hwm),
         "routing": routing,
+        "time_bin_seconds": width,
     }
+    summary["verdict"] = verdict(summary)
     summary["_tables"] = {"minutes": minutes, "up": up, "histogram": histogram, "problems": problems,
-                          "hops": routing["hops"]}
+                          "hops": routing["hops"], "traffic": traffic, "latency": latency_bins}
     return summary
 
 
-def _one_pass(events, in_window) -> tuple[list[dict], list[dict], list[dict]]:
-    """One scan, one aggregation over two grouping sets: figures per (malformed, in window, type,
-    host, line, dir, kind, proto), with the few up/down events kept one by one (also those outside
-    the window, which give the line state at its start); and frames per (host, line, dir, minute).
-    Returns (sides, minutes, up/down events). Only fixed-width aggregates (no max of a string):
-    those keep Spark on its hash aggregation instead of a sort."""
+def _frame_counts() -> list:
+    """What is counted of the frames per minute or bin (and of every group of the first pass)."""
+    from pyspark.sql import functions as F
+    return [F.count(F.lit(1)).alias("n"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
+            F.count(F.when(F.col("retransmit"), 1)).alias("retrans"),
+            F.count(F.when(F.col("kind").isin(*DATA_KINDS), 1)).alias("data_frames")]
+
+
+def _one_pass(events, in_window, since: float | None, until: float | None):
+    """One scan, one aggregation over grouping sets: figures per (malformed, in window, type, host,
+    line, dir, kind, proto), with the few up/down events kept one by one (also those outside the
+    window, which give the line state at its start); frames per (host, line, dir, minute); and
+    per bin under a minute when --since and --until make a window short enough for that.
+    Returns (sides, minutes, up/down events, window, traffic): the window as (start, end, bin
+    width), None without events in it; traffic the frames per bin of that width (the minutes
+    summed, in Spark), or None for bins under a minute not counted here (a window known only now).
+    Only fixed-width aggregates (no max of a string): those keep Spark on its hash aggregation
+    instead of a sort."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     up_down = ~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down") & F.col("line").isNotNull()
     frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
     data_msg = (F.col("kind").isin(*DATA_KINDS) & F.col("origin").isNotNull() & F.col("msg_id").isNotNull()
                 & F.coalesce(F.col("ok"), F.lit(True)) & ~F.coalesce(F.col("retransmit"), F.lit(False)))
+    known = time_bin(until - since) if since is not None and until is not None else MINUTE
+    bins = {"minute": MINUTE} | ({"tick": known} if known < MINUTE else {})
     keys = events.select("*", in_window.alias("win"), F.when(up_down, F.col("ts")).alias("ud_ts"),
                          F.when(up_down, F.col("baud")).alias("ud_baud"),
-                         F.when(frame, F.floor(F.col("ts") / MINUTE)).alias("minute"))
+                         *[F.when(frame, F.floor(F.col("ts") / w)).alias(k) for k, w in bins.items()])
     side_keys = ("bad", "win", "type", "host", "line", "dir", "kind", "proto", "ud_ts", "ud_baud")
-    minute_keys = ("host", "line", "dir", "minute")
-    agg = (keys.groupingSets([side_keys, minute_keys], *dict.fromkeys(side_keys + minute_keys))
-           .agg(F.grouping_id().alias("set"), F.count(F.lit(1)).alias("n"),
-                F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
-                F.count(F.when(F.col("retransmit"), 1)).alias("retrans"),
+    sets = [side_keys] + [("host", "line", "dir", k) for k in bins]
+    agg = (keys.groupingSets(sets, *dict.fromkeys(side_keys + tuple(bins)))
+           .agg(*[F.grouping(k).alias(f"g_{k}") for k in bins], *_frame_counts(),
                 F.count(F.when(F.col("ok") == F.lit(False), 1)).alias("bad_frames"),
                 F.count(F.when(data_msg, 1)).alias("data_messages"),
-                F.count(F.when(F.col("kind").isin(*DATA_KINDS), 1)).alias("data_frames"),
                 F.min("ts").alias("t_min"), F.max("ts").alias("t_max"))
            .persist(StorageLevel.MEMORY_AND_DISK))
-    try:                        # grouping_id sets a bit for each key left out: for sides only minute (last)
-        sides = [r.asDict() for r in agg.filter(F.col("set") == 1).collect()]
-        # minutes reach Python as a few rows of number arrays: a million Rows would take longer than the job
-        columns = ("minute", "n", "bytes", "retrans", "data_frames")
-        per_dir = (agg.filter((F.col("set") != 1) & F.col("minute").isNotNull()).groupBy("host", "line", "dir")
-                   .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
-                   .select("host", "line", "dir", *[F.col(f"m.{c}").alias(c) for c in columns]).collect())
+    try:                        # grouping(k) is 1 in the rows of a set without k: sides have no bin
+        sides = [r.asDict() for r in agg.filter(sum(F.col(f"g_{k}") for k in bins) == len(bins)).collect()]
+        per = {k: _per_dir(agg.filter((F.col(f"g_{k}") == 0) & F.col(k).isNotNull()), k) for k in bins}
     finally:
         agg.unpersist()
-    minutes = [{"line": "-".join(sorted((r["host"], r["line"]))), "host": r["host"], "dir": r["dir"],
-                "minute": int(m) * int(MINUTE), "frames": n, "bytes": b, "retransmissions": rt, "data_frames": d}
-               for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]))
-               for m, n, b, rt, d in zip(*(r[c] for c in columns))]
-    return sides, minutes, [r for r in sides if r["ud_ts"] is not None]
+    minutes = _rows(per["minute"], MINUTE, label="minute")
+    win = [r for r in sides if r["win"]]
+    window, traffic = None, []
+    if win:
+        ws = since if since is not None else min(r["t_min"] for r in win)
+        we = until if until is not None else max(r["t_max"] for r in win)
+        window = (ws, we, time_bin(we - ws))
+        width = window[2]
+        traffic = (_rows(per["minute"], MINUTE, width) if width >= MINUTE
+                   else _rows(per["tick"], width) if "tick" in per else None)
+    return sides, minutes, [r for r in sides if r["ud_ts"] is not None], window, traffic
+
+
+BIN_COLUMNS = ("n", "bytes", "retrans", "data_frames")
+
+
+def _per_dir(counts, key: str) -> list:
+    """Frame counts per (host, line, dir, `key`: a bin number) as one Row of arrays per line end
+    and direction (bins in order): a million Rows would take longer than the job."""
+    from pyspark.sql import functions as F
+    columns = (key, *BIN_COLUMNS)
+    return (counts.groupBy("host", "line", "dir")
+            .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
+            .select("host", "line", "dir", F.col(f"m.{key}").alias("bin"),
+                    *[F.col(f"m.{c}").alias(c) for c in BIN_COLUMNS]).collect())
+
+
+def _rows(per_dir: list, width: float, into: float | None = None, label: str = "start") -> list[dict]:
+    """The rows of _per_dir's arrays (bins of `width` seconds), ordered by line, host, dir and time,
+    with `label` the bin's start (epoch seconds); summed into bins of `into` seconds when given
+    (a multiple of `width`), on the arrays, which is quick even for a million minutes."""
+    step, into = int(width), int(into or width)
+    out = []
+    for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"])):
+        line = "-".join(sorted((r["host"], r["line"])))
+        last = None
+        for b, n, nbytes, rt, d in zip(r["bin"], *(r[c] for c in BIN_COLUMNS)):
+            start = b * step // into * into
+            if last is not None and last[label] == start:
+                last["frames"] += n
+                last["bytes"] += nbytes
+                last["retransmissions"] += rt
+                last["data_frames"] += d
+                continue
+            last = {"line": line, "host": r["host"], "dir": r["dir"], label: start, "frames": n, "bytes": nbytes,
+                    "retransmissions": rt, "data_frames": d}
+            out.append(last)
+    return out
+
+
+def _frames_per_bin(events, in_window, width: int) -> list[dict]:
+    """Frames per bin under a minute for a window known only after the first pass: counted again,
+    which only a window under SUBMINUTE_WINDOW (a small input) pays."""
+    from pyspark.sql import functions as F
+    frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
+    counts = (events.filter(frame).groupBy("host", "line", "dir", F.floor(F.col("ts") / width).alias("tick"))
+              .agg(*_frame_counts()))
+    return _rows(_per_dir(counts, "tick"), width)
 
 
 def _up_intervals(up_down: list[dict], ws: float, we: float) -> tuple[list[dict], dict]:
@@ -202,11 +273,12 @@ def _proto(counts: dict, host: str, peer: str) -> str | None:
                default=None)
 
 
-def _messages(win, accepted: int = 0):
+def _messages(win, accepted: int = 0, width: float = MINUTE):
     """Join msg events across hosts by (origin, msg_id), each `accepted` opening a new message
     of its key (MSG_IDs wrap), and derive latency, lost, pending, duplicated, expired, the
-    routing figures, each message's path and list levels. `accepted` (the count of `accepted`
-    events) chooses how percentiles are found (see _percentiles)."""
+    routing figures, each message's path, list levels and latency per bin of `width` seconds.
+    `accepted` (the count of `accepted` events) chooses how percentiles are found (see
+    _percentiles)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -332,7 +404,8 @@ def _messages(win, accepted: int = 0):
     messages["latency_received"] = figures("to_recv")
     messages["notices"] = {"accepted": s["notices"] or 0, "delivered": s["notices_delivered"] or 0,
                            "lost": s["notices_lost"] or 0, "by_kind": by_code(NOTICE_KINDS, "notice")}
-    histogram, hops = _histogram(per.filter(known & F.col("latency").isNotNull()))
+    delivered = per.filter(known & F.col("latency").isNotNull())
+    histogram, hops, latency_bins = _histogram(delivered, width)
     routing = {"forwarded_events": s["forwarded_events"] or 0, "forwarded_messages": s["forwarded_messages"] or 0,
                "hops": hops, "hops_mean": (sum(r["hops"] * r["messages"] for r in hops)
                                            / sum(r["messages"] for r in hops)) if hops else None,
@@ -348,7 +421,7 @@ def _messages(win, accepted: int = 0):
                 .orderBy("accepted").limit(100_000).collect()]
     hwm = _high_water(per)
     per.unpersist()
-    return messages, routing, hwm, histogram, problems
+    return messages, routing, hwm, histogram, problems, latency_bins
 
 
 ACCURACY = 1000            # of the approximate percentiles that bracket the exact ones
@@ -436,20 +509,29 @@ def _decode(code):
     return F.unhex(F.conv(code, 10, 16)).cast("string")
 
 
-def _histogram(lat) -> tuple[list[dict], list[dict]]:
-    """Latency counts in tenths of a decade (log scale: latencies span ms to hours), and the
-    same messages counted by the lines they crossed: one aggregation for both."""
+def _histogram(lat, width: float) -> tuple[list[dict], list[dict], list[dict]]:
+    """Latency counts in tenths of a decade (log scale: latencies span ms to hours), the same
+    messages counted by the lines they crossed, and per bin of `width` seconds (by acceptance)
+    the messages and their latency's p50 and p99 for the report's plot (Spark's approximate
+    percentile, within 1/ACCURACY of the rank): one aggregation for the three."""
     from pyspark.sql import functions as F
-    b = F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1e-4))) * 10)
-    rows = lat.groupBy(b.alias("b"), "hops").count().collect()
+    keys = lat.select("latency", "hops", F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1e-4))) * 10).alias("b"),
+                      F.floor(F.col("acc.ts") / width).alias("bin"))
+    rows = (keys.groupingSets([("b", "hops"), ("bin",)], "b", "hops", "bin")
+            .agg(F.grouping("bin").alias("g_bin"), F.count(F.lit(1)).alias("count"),
+                 F.percentile_approx("latency", [0.5, 0.99], ACCURACY).alias("pct")).collect())
     buckets: dict[int, int] = {}
     hops: dict[int, int] = {}
+    bins = []
     for r in rows:
+        if r["g_bin"] == 0:
+            bins.append({"start": r["bin"] * width, "messages": r["count"], "p50": r["pct"][0], "p99": r["pct"][1]})
+            continue
         buckets[r["b"]] = buckets.get(r["b"], 0) + r["count"]
         if r["hops"] is not None:
             hops[r["hops"]] = hops.get(r["hops"], 0) + r["count"]
     return ([{"low": 10 ** (k / 10), "high": 10 ** ((k + 1) / 10), "count": v} for k, v in sorted(buckets.items())],
-            [{"hops": k, "messages": v} for k, v in sorted(hops.items())])
+            [{"hops": k, "messages": v} for k, v in sorted(hops.items())], sorted(bins, key=lambda b: b["start"]))
 
 
 def _high_water(per) -> dict:
