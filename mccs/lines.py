@@ -40,6 +40,8 @@ from .segments import Blobs
 log = logging.getLogger("mccs.lines")
 
 BACKOFF_MIN = 0.5
+#: How often a line whose peer routed before, and now signs on without routing, signs on again.
+SIGN_ON_AGAIN = 3
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
 
@@ -88,6 +90,8 @@ class LineControlBlock:
     told: dict[str, int] | None = None  # the distances last sent to the peer
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
     features: tuple[str, ...] = ()  # what this sign-on agreed beyond DESIGN.md (FEAT= at both ends)
+    routed_before: bool = False  # a sign-on on this line agreed on routing (since the daemon started)
+    downgrades: int = 0  # sign-ons without routing since, each answered by signing on again
     transfer: Transfer | None = None  # the last message sent in segments, for status
     counters: collections.Counter = field(default_factory=collections.Counter)
     retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
@@ -249,6 +253,7 @@ class Lines:
             fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed))
             fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud, routing=lcb.routed)
             log.info("%s: line to %s up (%s)", self.host, lcb.peer, proto)
+            self._check_downgrade(lcb, now, fx)
         elif isinstance(ev, LineDown):
             if ev.reason.startswith("refused"):  # "refused", or "refused: " and the peer's note
                 fx.trace("line", "signon_refused", lcb.peer, proto, reason=f"{ev.reason} by the peer")
@@ -260,6 +265,20 @@ class Lines:
             log.warning("%s: refused a sign-on on the line to %s: %s", self.host, lcb.peer, why)
         elif isinstance(ev, LineEvent):
             fx.trace("line", ev.kind, lcb.peer, proto, reason=ev.detail or None)
+
+    def _check_downgrade(self, lcb: LineControlBlock, now: float, fx: Effects) -> None:
+        """A peer that routed on this line before signed on without routing: on a noisy BSC line its
+        announcement was most likely lost (bsc_agree: then both ends sign on as version 1), and
+        numbered messages would wait for the next sign-on. Sign off and on again, a few times; a
+        peer that keeps signing on so (an older MCCS put back) is then taken as it is."""
+        if lcb.routed:
+            lcb.routed_before, lcb.downgrades = True, 0
+        elif lcb.routed_before and lcb.downgrades < SIGN_ON_AGAIN:
+            lcb.downgrades += 1
+            lcb.counters["signed_on_again"] += 1
+            lcb.machine.stop(now)
+            self._down(lcb, f"signed on without routing (try {lcb.downgrades} of {SIGN_ON_AGAIN} to sign on "
+                            "again)", now, fx)
 
     def _epoch(self, lcb: LineControlBlock, epoch: str, fx: Effects) -> None:
         """The peer signed on with `epoch`: if it is a new one, forget what was kept of the old

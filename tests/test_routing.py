@@ -227,6 +227,7 @@ def test_a_numbered_message_is_not_overtaken_when_its_line_comes_back_without_ro
     bb.kernel = Kernel(bb.cfg, bb.cp.restore(), lambda lc: AsyncLine("BB", lc.peer, reply_timeout=lc.reply_timeout,
                                                                      keepalive=lc.keepalive, selective_repeat=False))
     bb.open_ports()
+    assert net.run(lambda: aa.kernel.lines["BB"].counters["signed_on_again"] == 3)  # a lost announcement?
     assert net.run(lambda: aa.kernel.lines["BB"].state == "UP" and not aa.kernel.lines["BB"].routed)
     assert s.send("BBR", b"m2")["ok"]
     r = net.client("BB", "R")
