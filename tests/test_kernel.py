@@ -17,17 +17,6 @@ from tools.hostsim import SimNet, line
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def alone(tmp_path):
-    """Host AA with a line to BB that never answers (BB is not simulated)."""
-    return SimNet(tmp_path, {"AA": [line("BB")]})
-
-
-@pytest.fixture
-def pair(tmp_path):
-    return SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
-
-
 def _data(reply: dict) -> bytes:
     import base64
     return base64.b64decode(reply["msg"]["data"])
