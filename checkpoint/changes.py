@@ -20,8 +20,8 @@ class Table(StrEnum):
     DUP_WINDOW = "dup_window"  # (origin, MSG_ID) keys received here: duplicates are dropped
     SENT_WINDOW = "sent_window"  # (destination host, MSG_ID) keys sent from here: never reused too soon
     KNOWN_HOSTS = "known_hosts"  # every host ever learned by routing: a SEND to it is accepted and waits
-    PAIR_OUT = "pair_out"  # per destination host: the next end-to-end sequence number of this origin
-    PAIR_IN = "pair_in"  # per origin host: its epoch and the next end-to-end sequence number expected
+    PAIR_OUT = "pair_out"  # per destination host and priority: the next end-to-end sequence number of this origin
+    PAIR_IN = "pair_in"  # per origin host and priority: its epoch and the next end-to-end sequence number expected
     PARTIALS = "partials"  # large messages being received: how far each is (mccs.segments)
     TEXTS = "texts"  # texts over INLINE_MAX (being received, or on a list, whose row names it in `text`)
     SEND_ACKED = "send_acked"  # SEND_LIST blocks in segments: bytes the next host holds
@@ -30,8 +30,8 @@ class Table(StrEnum):
 
 
 MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch", "expires",
-                   "flags", "crc")
-WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "flags")
+                   "flags", "crc", "priority")
+WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "flags", "priority")
 
 
 INLINE_MAX = 65536  # a text longer than this is kept in the checkpoint only (Stored), not in memory
@@ -67,6 +67,7 @@ class Row:
     expires: float = 0.0  # wall-clock time at this host after which it no longer waits; 0: never
     flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
     crc: int = 0  # CRC-32 of a text longer than one frame (it goes in segments); 0 otherwise
+    priority: int = 0  # 0 to 7: higher goes first
     acked: int = 0  # SEND_LIST: bytes of it the next host holds (a transfer in segments resumes there;
     #                 kept in SEND_ACKED, not in the row)
 
@@ -82,6 +83,7 @@ class PendingSend:
     data: bytes
     ttl: float = 0.0  # seconds the message may wait once stored; 0: the host's ttl
     flags: int = 0  # RECEIPT asked
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -224,10 +226,11 @@ def add_known_host(host: str) -> Change:
     return Change(f"INSERT OR IGNORE INTO {Table.KNOWN_HOSTS} (host) VALUES (?)", (host,))
 
 
-def set_pair_out(dest: str, next_pseq: int) -> Change:
-    return Change(f"INSERT OR REPLACE INTO {Table.PAIR_OUT} (dest, next) VALUES (?, ?)", (dest, next_pseq))
+def set_pair_out(dest: str, priority: int, next_pseq: int) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.PAIR_OUT} (dest, priority, next) VALUES (?, ?, ?)",
+                  (dest, priority, next_pseq))
 
 
-def set_pair_in(origin: str, epoch: str, expect: int) -> Change:
-    return Change(f"INSERT OR REPLACE INTO {Table.PAIR_IN} (origin, epoch, expect) VALUES (?, ?, ?)",
-                  (origin, epoch, expect))
+def set_pair_in(origin: str, priority: int, epoch: str, expect: int) -> Change:
+    return Change(f"INSERT OR REPLACE INTO {Table.PAIR_IN} (origin, priority, epoch, expect) VALUES (?, ?, ?, ?)",
+                  (origin, priority, epoch, expect))

@@ -28,16 +28,18 @@ if TYPE_CHECKING:
 
 MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes,
                   "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int, "crc": int,
-                  "text": int}
+                  "priority": int, "text": int}
 PARTIALS_SCHEMA = {"id": int, "origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "got": int,
                    "run": int, "ts": float}
 SEG_DONE_SCHEMA = {"origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "seq": int}
 WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int, "data": bytes, "ttl": float,
-                  "flags": int}
+                  "flags": int, "priority": int}
+PAIR_OUT_SCHEMA = {"dest": str, "priority": int, "next": int}
+PAIR_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "expect": int}
 
 log = logging.getLogger("checkpoint.store")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
 SIDE_FILES = ("-wal", "-shm")
 
@@ -62,8 +64,9 @@ class Restored:
     sent_keys: list[tuple[str, int]]  # (destination host, MSG_ID) sent, oldest first
     epoch: str
     known_hosts: list[str] = field(default_factory=list)
-    pairs_out: dict[str, int] = field(default_factory=dict)  # destination host -> next pseq
-    pairs_in: dict[str, tuple[str, int]] = field(default_factory=dict)  # origin host -> (epoch, expected pseq)
+    pairs_out: dict[tuple[str, int], int] = field(default_factory=dict)  # (destination host, priority) -> next pseq
+    # (origin host, priority) -> (epoch, expected pseq)
+    pairs_in: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
     partials: list[tuple] = field(default_factory=list)  # (id, origin, msg_id, to_id, total, crc, got, run, ts)
     seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
     peer_epochs: dict[str, str] = field(default_factory=dict)  # neighbour -> the epoch it last signed on with
@@ -171,8 +174,12 @@ class Checkpoint:
     @staticmethod
     def _create_routing_tables(db: sqlite_utils.Database) -> None:
         db[Table.KNOWN_HOSTS].create({"host": str}, pk="host")
-        db[Table.PAIR_OUT].create({"dest": str, "next": int}, pk="dest")
-        db[Table.PAIR_IN].create({"origin": str, "epoch": str, "expect": int}, pk="origin")
+        Checkpoint._create_routing_pairs(db)
+
+    @staticmethod
+    def _create_routing_pairs(db: sqlite_utils.Database) -> None:
+        db[Table.PAIR_OUT].create(PAIR_OUT_SCHEMA, pk=("dest", "priority"))
+        db[Table.PAIR_IN].create(PAIR_IN_SCHEMA, pk=("origin", "priority"))
 
     @staticmethod
     def _create_segment_tables(db: sqlite_utils.Database) -> None:
@@ -197,7 +204,8 @@ class Checkpoint:
             raise CheckpointError(f"checkpoint {self.path} has schema version {version!r}, "
                                   f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
         for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
-                               (4, self._migrate_from_4), (5, self._migrate_from_5)):
+                               (4, self._migrate_from_4), (5, self._migrate_from_5),
+                               (6, self._migrate_from_6)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -257,6 +265,24 @@ class Checkpoint:
         with conn:
             conn.execute("BEGIN")
             _database(conn)[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
+            conn.execute(f"UPDATE {Table.META} SET value = '6' WHERE key = 'schema_version'")
+
+    def _migrate_from_6(self, conn: sqlite3.Connection) -> None:
+        """Version 7 adds priorities: each stored or waiting message's, and the end-to-end numbers
+        per (host pair, priority); the numbers so far are those of priority 0."""
+        with conn:
+            conn.execute("BEGIN")
+            for table in (Table.SEND_LIST, Table.RECV_LIST, Table.WAIT_LIST):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
+            for table in (Table.PAIR_OUT, Table.PAIR_IN):
+                conn.execute(f"ALTER TABLE {table} RENAME TO {table}_6")
+            self._create_routing_pairs(_database(conn))
+            conn.execute(f"INSERT INTO {Table.PAIR_OUT} (dest, priority, next) "
+                         f"SELECT dest, 0, next FROM {Table.PAIR_OUT}_6")
+            conn.execute(f"INSERT INTO {Table.PAIR_IN} (origin, priority, epoch, expect) "
+                         f"SELECT origin, 0, epoch, expect FROM {Table.PAIR_IN}_6")
+            for table in (Table.PAIR_OUT, Table.PAIR_IN):
+                conn.execute(f"DROP TABLE {table}_6")
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -297,7 +323,8 @@ class Checkpoint:
                         int(meta["next_msg_id"]), int(meta["next_seq"]), keys(Table.DUP_WINDOW),
                         keys(Table.SENT_WINDOW), meta["epoch"],
                         [h for (h,) in q(f"SELECT host FROM {Table.KNOWN_HOSTS} ORDER BY host")],
-                        dict(q(f"SELECT dest, next FROM {Table.PAIR_OUT}").fetchall()), _pairs_in(self.conn),
+                        {(d, p): n for d, p, n in q(f"SELECT dest, priority, next FROM {Table.PAIR_OUT}")},
+                        _pairs_in(self.conn),
                         q(f"SELECT id, origin, msg_id, to_id, total, crc, got, run, ts FROM {Table.PARTIALS}").fetchall(),
                         q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall(),
                         dict(q(f"SELECT host, epoch FROM {Table.PEER_EPOCH}").fetchall()))
@@ -376,8 +403,9 @@ def _waiting(conn: sqlite3.Connection) -> list[PendingSend]:
                                                   "ORDER BY seq")]
 
 
-def _pairs_in(conn: sqlite3.Connection) -> dict[str, tuple[str, int]]:
-    return {o: (e, n) for o, e, n in conn.execute(f"SELECT origin, epoch, expect FROM {Table.PAIR_IN}")}
+def _pairs_in(conn: sqlite3.Connection) -> dict[tuple[str, int], tuple[str, int]]:
+    rows = conn.execute(f"SELECT origin, priority, epoch, expect FROM {Table.PAIR_IN}")
+    return {(o, p): (e, n) for o, p, e, n in rows}
 
 
 @contextlib.contextmanager
@@ -410,7 +438,7 @@ class Lists:
     send_list: list[Row]
     recv_list: list[Row]
     wait_list: list[PendingSend]
-    pairs_in: dict[str, tuple[str, int]]  # origin host -> (epoch, expected pseq): which arrivals wait for order
+    pairs_in: dict[tuple[str, int], tuple[str, int]]  # (origin, priority) -> (epoch, expected pseq): which wait for order
 
 
 def read_only_lists(path: str | os.PathLike) -> Lists:

@@ -272,14 +272,15 @@ class Client:
 
     # -- the primitives ---------------------------------------------------------------------
     def send(self, to_id: str, data: bytes, user_id: int = 0, timeout: float | None = None, *,
-             ttl: float | None = None, receipt: bool = False,
+             ttl: float | None = None, receipt: bool = False, priority: int = 0,
              progress: Callable[[int, int], None] | None = None) -> int:
         """SEND: returns the MSG_ID once the message is durable in the daemon's checkpoint. It may
         wait for a buffer; with `timeout`, a SEND not stored by then is taken back (NotStored).
         `ttl`: seconds it may wait on the way (default: the host's `ttl`), after which an
         undeliverable notice comes back; `receipt`: a delivered notice once its process took it.
         Notices are messages from the daemon's process MCCS (see README, Notices). `progress(done,
-        total)` is called as a large message is handed to the daemon."""
+        total)` is called as a large message is handed to the daemon. `priority` 0 to 7: a waiting
+        message of higher priority goes first on every line and to an unselective RECV."""
         try:
             to_id = process_id(to_id)
         except IdError as e:
@@ -288,7 +289,8 @@ class Client:
             raise Refused(f"message of {len(data)} bytes is over the maximum of {self.max_message}", "too_large")
         req = uuid.uuid4().hex
         request = {"op": "send", "req": req, "to": to_id, "user_id": user_id,
-                   **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {})}
+                   **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {}),
+                   **({"priority": priority} if priority else {})}
 
         def make() -> dict:  # as it is after the request, if the daemon takes that (asked again after a restart)
             big = self.binary and len(data) > CHUNK // 16

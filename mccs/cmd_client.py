@@ -8,6 +8,7 @@ import sys
 
 from .client import GRACE, Client, DaemonUnreachable, MCCSError, NotStored, Refused
 from .config import MAX_MESSAGE, ConfigError, load
+from .envelope import PRIORITY_MAX
 from .ipc import b64
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_STORED = 0, 1, 2, 3, 4
@@ -38,10 +39,19 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--receipt", action="store_true",
                    help="ask for a delivered notice once the destination process has taken the message; "
                         "notices arrive as messages from HHMCCS (receive them with 'mccs recv')")
+    p.add_argument("--priority", type=_priority, default=0, metavar="P",
+                   help="0 (default) to 7: a waiting message of higher priority goes first on every line and "
+                        "to a RECV that selects nothing; order is kept among messages of one priority")
     p.add_argument("--wait-delivered", action="store_true",
                    help="ask for a receipt and wait for it: show the transfer on this host's line (bytes, rate, "
                         "ETA), then exit 0 once the destination process has taken the message, 1 if it comes "
                         "back undeliverable (its notice is taken by this command)")
+
+
+def _priority(text: str) -> int:
+    if not text.isdigit() or int(text) > PRIORITY_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a priority 0 to {PRIORITY_MAX}")
+    return int(text)
 
 
 def _seconds(text: str) -> float:
@@ -124,7 +134,8 @@ def run_send(args) -> int:
     bar = Progress(f"sending {len(data):,} bytes to {args.to_id}") if args.file and sys.stderr.isatty() else None
     with _client(args) as client:
         msg_id = client.send(args.to_id, data, args.user_id, timeout=args.timeout, ttl=args.ttl,
-                             receipt=args.receipt or args.wait_delivered, progress=bar and bar.show)
+                             receipt=args.receipt or args.wait_delivered, priority=args.priority,
+                             progress=bar and bar.show)
         if bar:
             bar.done(f"stored here as MSG_ID {msg_id}")
         print(msg_id, flush=True)

@@ -85,7 +85,7 @@ class ProcessDispatcher:
         msg_id, id_changes = self.ids.allocate(host_of(prq.to_id), seq)
         table = Table.RECV_LIST if local else Table.SEND_LIST
         blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall,
-                      expires=0.0 if local else wall + (prq.ttl or self.ttl), flags=prq.flags)
+                      expires=0.0 if local else wall + (prq.ttl or self.ttl), flags=prq.flags, priority=prq.priority)
         if len(prq.data) > INLINE_MAX:  # a large message: in the checkpoint only, from this pass's commit on
             blk.crc = crc_of(prq.data)
             blk.data = Stored(seq, len(prq.data), blk.crc)

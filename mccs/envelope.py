@@ -10,7 +10,8 @@ HOPS counts the lines crossed; EPOCH (the origin checkpoint's random epoch) and 
 ... per origin and destination host) let the destination deliver in order and exactly once,
 whatever path each message took. TTL is the time the message may still wait, in tenths of a
 second (0: no limit): a time left, not a time of day, so the hosts' clocks need not agree.
-FLAGS say what the message is besides text for a process.
+FLAGS say what the message is besides text for a process; its top three bits are the message's
+priority, 0 to 7 (a host that does not know them keeps them 0: the message goes on at priority 0).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ VOID = 0x08  # what is left of a message that expired on the way: keeps its plac
 SEGMENT = 0x10  # a piece of a large message: a segment trailer ends the text (mccs.segments)
 CARRIED = RECEIPT | NOTICE | VOID  # the flags a stored message keeps from hop to hop
 HELD = 0x20  # this host only, never carried: the operator holds it on SEND_LIST (`mccs queue hold`)
+PRIORITY_SHIFT = 5  # on the wire, FLAGS >> 5 is the priority (HELD, stored only, is never on the wire)
+PRIORITY_MAX = 7
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Envelope:
     epoch: str = "00000000"  # 8 hex digits
     pseq: int = 0
     ttl: int = 0  # tenths of a second left; 0: no limit
+    priority: int = 0  # 0 to 7: a waiting message of higher priority goes first on every line
 
     @property
     def advert(self) -> bool:
@@ -56,7 +60,8 @@ def ttl_left(expires: float, wall: float) -> int:
 
 
 def wrap(to_id: str, from_id: str, msg_id: int, user_id: int, data: bytes, env: Envelope) -> bytes:
-    trailer = TRAILER.pack(MARK, min(env.hops, 255), env.flags, bytes.fromhex(env.epoch or "00000000"), env.pseq,
+    flags = env.flags & ~(PRIORITY_MAX << PRIORITY_SHIFT) | env.priority << PRIORITY_SHIFT
+    trailer = TRAILER.pack(MARK, min(env.hops, 255), flags, bytes.fromhex(env.epoch or "00000000"), env.pseq,
                            env.ttl)
     return image.encode(to_id, from_id, msg_id, user_id, bytes(data) + trailer)
 
@@ -72,4 +77,5 @@ def unwrap(img: bytes, max_message: int) -> tuple[Image, Envelope]:
     data = m.data[:-SIZE]
     if len(data) > max_message:
         raise ImageError(f"message of {len(data)} bytes is over the maximum of {max_message}")
-    return Image(m.to_id, m.from_id, m.msg_id, m.user_id, data), Envelope(hops, flags, epoch.hex(), pseq, ttl)
+    return Image(m.to_id, m.from_id, m.msg_id, m.user_id, data), \
+        Envelope(hops, flags & ~(PRIORITY_MAX << PRIORITY_SHIFT), epoch.hex(), pseq, ttl, flags >> PRIORITY_SHIFT)

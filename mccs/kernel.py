@@ -206,7 +206,7 @@ class Kernel:
                                             "try again later")
         prq = PRQBLOK(Op.SEND, session.conn, rid, session.name, req.to_id, req.user_id, req.data,
                       req=req.req or f"{session.conn}.{rid}.{self.seqs.next}", ttl=req.ttl or 0.0,
-                      flags=RECEIPT if req.receipt else 0)
+                      flags=RECEIPT if req.receipt else 0, priority=req.priority)
         self.lists.wait.add_send(prq, host_of(req.to_id) == self.host)
 
     def _recv(self, session: Session, rid: object, req: Recv, now: float) -> None:

@@ -9,6 +9,11 @@ its bytes are written only after the shell has committed the pass (durable befor
 Message-Sender hands SEND_LIST's blocks, in order, to lines that are UP and have room; a line
 that goes DOWN gives its blocks back (they never left SEND_LIST) and signs on again after a
 back-off.
+
+Priorities: the Message-Sender serves the streams of higher priority first, and hands a line no
+more than it puts on the wire in the next LEAD seconds (by the line's baud) before a frame more:
+what waits stays on SEND_LIST, where a message of higher priority can still overtake it. A frame
+handed is never taken back, so an urgent message waits about the frame on the wire, and LEAD.
 """
 from __future__ import annotations
 
@@ -42,6 +47,8 @@ log = logging.getLogger("mccs.lines")
 BACKOFF_MIN = 0.5
 #: How often a line whose peer routed before, and now signs on without routing, signs on again.
 SIGN_ON_AGAIN = 3
+LEAD = 0.15  # seconds of bytes a line may have queued ahead of its wire: then the Message-Sender waits
+FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, stuffing aside)
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
 
@@ -93,6 +100,9 @@ class LineControlBlock:
     routed_before: bool = False  # a sign-on on this line agreed on routing (since the daemon started)
     downgrades: int = 0  # sign-ons without routing since, each answered by signing on again
     transfer: Transfer | None = None  # the last message sent in segments, for status
+    segmented: dict[int, MSGBLOK] = field(default_factory=dict)  # by seq: carried in segments, pieces left to hand
+    wire_free: float = 0.0  # monotonic time the images handed so far are out on the wire, at the baud
+    next_hand: float | None = None  # the Message-Sender waits for the wire: run a pass then
     counters: collections.Counter = field(default_factory=collections.Counter)
     retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
 
@@ -164,6 +174,7 @@ class Lines:
         no transfer in segments going, and is no longer the one too large for a peer."""
         blk.state, blk.line, blk.next_off = BlockState.QUEUED, None, blk.acked
         for lcb in self.lcbs.values():
+            lcb.segmented.pop(blk.seq, None)
             if lcb.transfer is not None and lcb.transfer.blk is blk:
                 lcb.transfer = None
             if lcb.held is blk:
@@ -220,9 +231,10 @@ class Lines:
 
     def _down(self, lcb: LineControlBlock, reason: str, now: float, fx: Effects) -> None:
         """Every MSGBLOK the line held goes back to waiting, in order; they never left SEND_LIST."""
-        for blk, _ in lcb.active:
+        for blk in [*(b for b, _ in lcb.active), *lcb.segmented.values()]:
             blk.state, blk.next_off, blk.line = BlockState.QUEUED, blk.acked, None
         lcb.active.clear()
+        lcb.segmented.clear()
         lcb.must_confirm = False
         if lcb.routed:
             lcb.routed = False
@@ -372,29 +384,39 @@ class Lines:
 
     def _send_some(self, lcb: LineControlBlock, fx: Effects, wall: float) -> None:
         """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it,
-        each destination's in order, taking turns while the machine has room."""
+        highest priority first, each (destination, priority) stream in order, the destinations of
+        one priority taking turns, while the machine has room and the wire is nearly free."""
+        lcb.next_hand = None
+        if not lcb.active:  # every frame handed is acknowledged: its bytes are out (a line faster than its baud)
+            lcb.wire_free = min(lcb.wire_free, self._now)
         room = lcb.machine.room()
-        if room <= 0:
-            return
-        dests = [d for d in self.lists.send.waiting() if self.routes.next_hop(d) == lcb.peer
-                 and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
+        streams = [(p, d) for p, d in self.lists.send.priorities() if self.routes.next_hop(d) == lcb.peer
+                   and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
         # a message this line carries in segments is finished here, even if its route moved meanwhile
-        moved = {b.dest for b, _ in lcb.active if b.more_on(lcb.peer)} - set(dests)
-        queues = [self._pieces(lcb, d, wall) for d in dests] + [self._rest(lcb, d) for d in moved]
-        while room > 0 and queues:
-            for queue in list(queues):
-                blk = next(queue, None)
-                if blk is None or not self._hand(lcb, blk, fx, wall):
-                    queues.remove(queue)  # empty, or held for the peer's maximum: nothing after it goes
-                    continue
-                room -= 1
-                if room <= 0:
-                    return
+        moved = {(b.priority, b.dest) for b in lcb.segmented.values()} - set(streams)
+        queues: dict[int, list[Iterator[MSGBLOK]]] = {p: [] for p, _ in sorted([*streams, *moved], reverse=True)}
+        for p, d in streams:
+            queues[p].append(self._pieces(lcb, d, p, wall))
+        for p, d in moved:
+            queues[p].append(self._rest(lcb, d, p))
+        for turn in queues.values():
+            while turn:
+                for queue in list(turn):
+                    if room <= 0:
+                        return
+                    if lcb.wire_free - self._now > LEAD:  # enough ahead of the wire: the rest waits here
+                        lcb.next_hand = lcb.wire_free - LEAD
+                        return
+                    blk = next(queue, None)
+                    if blk is None or not self._hand(lcb, blk, fx, wall):
+                        turn.remove(queue)  # empty, or held for the peer's maximum: nothing after it goes
+                        continue
+                    room -= 1
 
-    def _pieces(self, lcb: LineControlBlock, dest: str, wall: float) -> Iterator[MSGBLOK]:
-        """The blocks for `dest` this line may hand over, in order; a block in segments again for
-        each of its pieces, until its last one is handed."""
-        for blk in self.lists.send.queue(dest):
+    def _pieces(self, lcb: LineControlBlock, dest: str, priority: int, wall: float) -> Iterator[MSGBLOK]:
+        """The blocks for `dest` of one priority this line may hand over, in order; a block in
+        segments again for each of its pieces, until its last one is handed."""
+        for blk in self.lists.send.queue(dest, priority):
             if not lcb.routed and blk.pseq:  # numbered: it goes only with its number, and none behind it
                 return  # may pass it unnumbered (the line signed on as version 1: it waits for a routed one)
             if blk.parked_until > wall or blk.held:
@@ -406,9 +428,9 @@ class Lines:
             while blk.state is not BlockState.IN_FLIGHT or blk.more_on(lcb.peer):
                 yield blk
 
-    def _rest(self, lcb: LineControlBlock, dest: str) -> Iterator[MSGBLOK]:
+    def _rest(self, lcb: LineControlBlock, dest: str, priority: int) -> Iterator[MSGBLOK]:
         """The pieces still to hand of the message for `dest` this line carries in segments."""
-        for blk in self.lists.send.queue(dest):
+        for blk in self.lists.send.queue(dest, priority):
             while blk.more_on(lcb.peer) and not blk.held:
                 yield blk
 
@@ -423,13 +445,13 @@ class Lines:
             return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS)")
         if lcb.routed:
             if not blk.pseq and blk.origin == self.host:  # numbered as it first leaves on a routing line
-                blk.pseq, changes = self.pairs.out.number(blk.dest)
+                blk.pseq, changes = self.pairs.out.number(blk.dest, blk.priority)
                 blk.epoch = self.pairs.epoch
                 fx.change(*changes, ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
             flags = blk.flags & envelope.CARRIED | (envelope.SEGMENT if end is not None else 0)
             img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text,
                                 Envelope(blk.hops, flags, blk.epoch or "00000000", blk.pseq,
-                                         envelope.ttl_left(blk.expires, wall)))
+                                         envelope.ttl_left(blk.expires, wall), blk.priority))
         else:
             img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text)
         try:
@@ -437,6 +459,7 @@ class Lines:
         except ValueError as e:  # over the MAXMSG the peer signed on with: a config to fix
             return self._hold(lcb, blk, str(e))
         lcb.held = None
+        lcb.wire_free = max(lcb.wire_free, self._now) + (len(img) + FRAME_BYTES) * 10 / lcb.cfg.baud
         blk.state = BlockState.IN_FLIGHT
         lcb.active.append((blk, end))
         if end is not None:
@@ -444,6 +467,10 @@ class Lines:
                 blk.line = lcb.peer
                 lcb.transfer = Transfer(blk, self._now, blk.acked)
             blk.next_off = end
+            if blk.more_on(lcb.peer):
+                lcb.segmented[blk.seq] = blk
+            else:
+                lcb.segmented.pop(blk.seq, None)
         if not blk.sent:
             blk.sent = True
             fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, **fields(blk))
@@ -472,6 +499,6 @@ class Lines:
         return False
 
     def deadline(self) -> float | None:
-        times = [t for lcb in self.lcbs.values() for t in (lcb.machine.next_deadline(), lcb.signon_at)
+        times = [t for lcb in self.lcbs.values() for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand)
                  if t is not None]
         return min(times, default=None)

@@ -44,6 +44,7 @@ class MSGBLOK:
     expires: float = 0.0  # SEND_LIST: wall-clock time it stops waiting (undeliverable); 0: never
     flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
     crc: int = 0  # CRC-32 of a text that goes in segments (mccs.segments)
+    priority: int = 0  # 0 to 7: a waiting block of higher priority goes first, on a line and to RECV
     acked: int = 0  # SEND_LIST, in segments: bytes the next host holds (stored)
     state: BlockState = BlockState.QUEUED
     holder: int | None = None  # RECV_LIST: the connection it was handed to
@@ -60,7 +61,7 @@ class MSGBLOK:
 
     def row(self) -> Row:
         return Row(self.seq, self.to_id, self.from_id, self.msg_id, self.user_id, self.data, self.ts, self.hops,
-                   self.pseq, self.epoch, self.expires, self.flags, self.crc, self.acked)
+                   self.pseq, self.epoch, self.expires, self.flags, self.crc, self.priority, self.acked)
 
     @property
     def size(self) -> int:
@@ -89,6 +90,11 @@ class MSGBLOK:
         return host_of(self.to_id)
 
     @property
+    def stream(self) -> tuple[str, int]:
+        """Its end-to-end order stream at the destination: (origin host, priority)."""
+        return (self.origin, self.priority)
+
+    @property
     def key(self) -> tuple[str, int]:
         return (self.origin, self.msg_id)
 
@@ -111,6 +117,7 @@ class PRQBLOK:
     req: str = ""  # SEND: the client's random request id
     ttl: float = 0.0  # SEND: seconds it may wait once stored (0: the host's ttl)
     flags: int = 0  # SEND: RECEIPT asked
+    priority: int = 0  # SEND: 0 to 7
     seq: int = 0  # SEND: its place on WAIT_LIST, kept in the checkpoint once durable
     wait: bool = True  # RECV: STATUS 0, wait for a message
     deadline: float | None = None  # RECV: give up (answer "nothing") at this monotonic time
@@ -121,10 +128,11 @@ class PRQBLOK:
     @classmethod
     def restored(cls, p: PendingSend) -> "PRQBLOK":
         return cls(Op.SEND, None, None, p.from_id, p.to_id, p.user_id, p.data, req=p.req, ttl=p.ttl, flags=p.flags,
-                   seq=p.seq, durable=True)
+                   priority=p.priority, seq=p.seq, durable=True)
 
     def pending(self) -> PendingSend:
-        return PendingSend(self.req, self.seq, self.from_id, self.to_id, self.user_id, self.data, self.ttl, self.flags)
+        return PendingSend(self.req, self.seq, self.from_id, self.to_id, self.user_id, self.data, self.ttl, self.flags,
+                           self.priority)
 
     def answers(self) -> list[tuple[int, object]]:
         """Every (connection, request id) waiting for this request's reply."""
@@ -132,12 +140,13 @@ class PRQBLOK:
 
 
 class SendList:
-    """SEND_LIST, per destination host: the Message-Sender serves each line in order. The blocks
-    that may expire are also in a heap by their time, so finding the expired ones costs nothing
-    while none is due."""
+    """SEND_LIST, per destination host, and per destination and priority: the Message-Sender serves
+    each line by priority, each (destination, priority) stream in order. The blocks that may expire
+    are also in a heap by their time, so finding the expired ones costs nothing while none is due."""
 
     def __init__(self):
         self._by_dest: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
+        self._by_stream: dict[tuple[str, int], OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self._count = 0
         self._expiring: list[tuple[float, int, str]] = []  # (expires, seq, dest); stale ones skipped
 
@@ -149,6 +158,7 @@ class SendList:
 
     def add(self, blk: MSGBLOK) -> None:
         self._by_dest[blk.dest][blk.seq] = blk
+        self._by_stream[blk.dest, blk.priority][blk.seq] = blk
         self._count += 1
         if blk.expires:
             heapq.heappush(self._expiring, (blk.expires, blk.seq, blk.dest))
@@ -179,6 +189,10 @@ class SendList:
             self._count -= 1
             if not bucket:
                 del self._by_dest[blk.dest]
+            stream = self._by_stream[blk.dest, blk.priority]
+            stream.pop(blk.seq, None)
+            if not stream:
+                del self._by_stream[blk.dest, blk.priority]
             if len(self._expiring) > 2 * self._count + 1024:  # mostly entries of blocks gone: rebuild
                 self._expiring = [(b.expires, b.seq, b.dest) for q in self._by_dest.values() for b in q.values()
                                   if b.expires]
@@ -193,9 +207,15 @@ class SendList:
         firsts = (next(iter(q.values())) for q in self._by_dest.values())
         return {b.dest: {"id": b.name, "stored": round(b.ts, 3), "size": b.size} for b in firsts}
 
-    def queue(self, dest: str) -> Iterator[MSGBLOK]:
-        """The blocks for one destination, in order, lazily: do not change the list meanwhile."""
-        return iter(self._by_dest.get(dest, {}).values())
+    def queue(self, dest: str, priority: int | None = None) -> Iterator[MSGBLOK]:
+        """The blocks for one destination (of one priority), in order, lazily: do not change the
+        list meanwhile."""
+        blocks = self._by_dest.get(dest) if priority is None else self._by_stream.get((dest, priority))
+        return iter((blocks or {}).values())
+
+    def priorities(self) -> list[tuple[int, str]]:
+        """(priority, destination) of every stream that has blocks, highest priority first."""
+        return sorted(((p, d) for d, p in self._by_stream), reverse=True)
 
     def __iter__(self) -> Iterator[MSGBLOK]:
         return iter(sorted((b for bucket in self._by_dest.values() for b in bucket.values()), key=lambda b: b.seq))
@@ -203,25 +223,28 @@ class SendList:
 
 class Mailbox:
     """One process's part of RECV_LIST: the blocks it may still be handed, in order, indexed by
-    FROM_ID and USER_ID so a selective RECV does not walk the others; handed blocks apart."""
+    FROM_ID, USER_ID and priority so a RECV does not walk the others; handed blocks apart."""
 
     def __init__(self):
         self.ready: OrderedDict[int, MSGBLOK] = OrderedDict()
         self.by_from: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self.by_user: dict[int, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
+        self.by_priority: dict[int, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self.handed: dict[int, MSGBLOK] = {}
 
     def __len__(self) -> int:
         return len(self.ready) + len(self.handed)
 
     def put(self, blk: MSGBLOK) -> None:
-        for index in (self.ready, self.by_from[blk.from_id], self.by_user[blk.user_id]):
+        for index in (self.ready, self.by_from[blk.from_id], self.by_user[blk.user_id],
+                      self.by_priority[blk.priority]):
             index[blk.seq] = blk
 
     def take(self, blk: MSGBLOK) -> None:
         """Off the ready indexes (handed to a process, or gone)."""
         self.ready.pop(blk.seq, None)
-        for index, key in ((self.by_from, blk.from_id), (self.by_user, blk.user_id)):
+        for index, key in ((self.by_from, blk.from_id), (self.by_user, blk.user_id),
+                           (self.by_priority, blk.priority)):
             bucket = index.get(key)
             if bucket is not None:
                 bucket.pop(blk.seq, None)
@@ -234,16 +257,19 @@ class Mailbox:
         self.ready.clear()
         self.by_from.clear()
         self.by_user.clear()
+        self.by_priority.clear()
         for blk in blocks:
             self.put(blk)
 
     def match(self, from_id: str, user_id: int) -> MSGBLOK | None:
-        """The paper's RECV rule: the first ready MSGBLOK, by FROM_ID and USER_ID if given."""
+        """The paper's RECV rule: the first ready MSGBLOK, by FROM_ID and USER_ID if given; with
+        neither, the first of the highest priority."""
         if from_id.strip() and user_id:
             a, b = self.by_from.get(from_id, {}), self.by_user.get(user_id, {})
             small, other = (a, b) if len(a) <= len(b) else (b, a)
             return next((blk for seq, blk in small.items() if seq in other), None)
-        index = self.by_from.get(from_id) if from_id.strip() else self.by_user.get(user_id) if user_id else self.ready
+        index = self.by_from.get(from_id) if from_id.strip() else self.by_user.get(user_id) if user_id \
+            else self.by_priority.get(max(self.by_priority, default=0))
         return next(iter(index.values()), None) if index else None
 
 

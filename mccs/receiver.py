@@ -184,7 +184,8 @@ class MessageReceiver:
         stored = m.data if isinstance(m.data, Stored) else None
         blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
                       env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
-                      wall + env.ttl / 10 if env.ttl else 0.0, env.flags & CARRIED, crc=stored.crc if stored else 0)
+                      wall + env.ttl / 10 if env.ttl else 0.0, env.flags & CARRIED, crc=stored.crc if stored else 0,
+                      priority=env.priority)
         if stored:
             self.blobs.later(stored)  # its last segment is written with this pass's commit
         add = ch.add_block(table, blk.row())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from linedrivers.ids import IdError, check_host_id, process_id, process_name
 
+from .envelope import PRIORITY_MAX
 from .msgids import ID_SPACE
 
 
@@ -37,6 +38,7 @@ class Send:
     req: str  # the client's random request id ("" = none given)
     ttl: float | None = None  # seconds it may wait on the way (None: the host's ttl)
     receipt: bool = False  # a delivered notice when the destination process has taken it
+    priority: int = 0  # 0 to 7: higher goes first
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,11 @@ def _seconds(req: dict, key: str, low: float = 0.0) -> float | None:
 
 def _send(req: dict) -> Send:
     ttl = _seconds(req, "ttl", 0.1)
+    priority = _field(req, "priority", int, 0)
+    if not 0 <= priority <= PRIORITY_MAX:
+        raise RequestError("bad_request", f"priority {priority} is not within 0..{PRIORITY_MAX}")
     return Send(_id(_field(req, "to", str, required=True), "to"), _data(req), _user_id(req), _req(req), ttl,
-                _field(req, "receipt", bool, False))
+                _field(req, "receipt", bool, False), priority)
 
 
 def _recv(req: dict) -> Recv:

@@ -159,6 +159,8 @@ def test_a_handed_message_is_not_purged(alone):
 def test_purging_a_large_message_in_transfer_corrupts_nothing(tmp_path):
     big = 4 << 20
     net = SimNet(tmp_path, {"AA": [line("BB", baud=115200)], "BB": [line("AA", baud=115200)]}, max_message=big)
+    for side in "ab":  # paced like a real line: a segment is on the wire while the next is handed
+        net.channel("AA", "BB").outof(side).imp.baud = 115200
     aa, bb = net["AA"], net["BB"]
     data = random.Random(1).randbytes(1 << 20)
     p = net.client("AA", "P")
