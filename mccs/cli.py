@@ -14,6 +14,7 @@ COMMANDS = {
     "send": ("mccs.cmd_client", "SEND a message; prints its MSG_ID"),
     "recv": ("mccs.cmd_client", "RECV a message; writes its data to stdout"),
     "status": ("mccs.cmd_client", "lines and their state, list lengths, counters (--watch: live, like top)"),
+    "ping": ("mccs.cmd_client", "round trip to a host's daemon, and whether a process is attached there"),
     "queue": ("mccs.cmd_queue", "the messages on the lists: list, show, hold, release, purge"),
     "checkpoint": ("mccs.cmd_checkpoint", "back up or check a host's checkpoint (while its daemon runs)"),
     "vserial": ("mccs.testbed.vserial", "virtual null-modem serial lines (pty pairs) with pacing and faults"),

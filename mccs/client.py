@@ -65,6 +65,15 @@ class Message:
         return (host_of(self.from_id), self.msg_id)
 
 
+@dataclass(frozen=True)
+class Pong:
+    """A ping's answer: the host whose daemon answered, the round trip in seconds, and whether a
+    process of the name asked is attached there (None: no name asked)."""
+    host: str
+    rtt: float
+    attached: bool | None = None
+
+
 def socket_path(path: str | os.PathLike) -> str:
     """`path` is the daemon's socket if it is a socket, else a config file naming the socket."""
     try:
@@ -350,11 +359,22 @@ class Client:
         the daemon's reply; refused ones raise Refused (code bad_id, not_purged, bad_request)."""
         return self._call(lambda: {"op": "queue", "action": action, **keys})
 
-    def ping(self) -> float:
-        """Round-trip time to the daemon, in seconds."""
+    def ping(self, target: str = "", timeout: float = 5.0) -> Pong | None:
+        """A round trip to the daemon of host `target` (`BB`, or `BBPROC` to ask whether process
+        PROC is attached there; "": this host's daemon, not through the network), through the
+        network as a message between the daemons; None if no answer came within `timeout`."""
+        host, name = target[:2], target[2:]
+        if target and (len(target) < 2 or len(name) > 4):
+            raise Refused(f"{target!r} is not HOST or HOST+PROC (e.g. BB, BBLEDG)", "bad_id")
+        request = {"op": "ping", **({"host": host, "name": name, "timeout": timeout} if target else {})}
         t0 = time.monotonic()
-        self._call(lambda: {"op": "ping"})
-        return time.monotonic() - t0
+        try:
+            reply = self._call(lambda: dict(request), time.monotonic() + timeout + self.grace, "patient")
+        except _Deadline:
+            return None
+        if target and not reply.get("answer"):
+            return None
+        return Pong(reply["host"], time.monotonic() - t0, reply.get("attached"))
 
 
 def connect(path: str | os.PathLike, name: str | None, **kwargs) -> Client:

@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from .client import GRACE, Client, DaemonUnreachable, MCCSError, NotStored, Refused
 from .config import MAX_MESSAGE, ConfigError, load
@@ -82,6 +83,15 @@ def add_status_arguments(p: argparse.ArgumentParser) -> None:
                    help="a live view, redrawn every second like top: each line's state, rates in and out, window "
                         "use, retransmissions in the last minute, the message in transfer; list lengths; the "
                         "oldest waiting message per destination. Ctrl-C ends it")
+
+
+def add_ping_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p, name=False)
+    p.add_argument("target", metavar="HOST[PROC]", help="a host id (BB), or a host and a process name (BBLEDG): "
+                                                         "its daemon also says whether LEDG is attached there")
+    p.add_argument("--count", type=int, default=1, metavar="N", help="pings, one a second (default 1)")
+    p.add_argument("--timeout", type=_seconds, default=GRACE,
+                   help=f"seconds an answer may take (default {GRACE:g}); a ping without one is lost")
 
 
 def _fail(code: int, message: str) -> int:
@@ -167,6 +177,34 @@ def run_recv(args) -> int:
         sys.stdout.buffer.write(msg.data)
         sys.stdout.flush()
     return EXIT_OK
+
+
+@_guard
+def run_ping(args) -> int:
+    """Like ping(8): a line per answer, a summary; exit 0 if any answer came, 1 if none."""
+    if not args.config:
+        raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
+    if args.count < 1:
+        raise _Usage(f"--count {args.count}: at least 1")
+    rtts = []
+    with Client(args.config, None, connect_timeout=1.0, reconnect_timeout=10.0) as client:
+        for i in range(args.count):
+            if i:
+                time.sleep(max(0.0, 1.0 - (rtts[-1] or 0.0)))
+            pong = client.ping(args.target, timeout=args.timeout)
+            rtts.append(pong and pong.rtt)
+            if pong is None:
+                print(f"no answer from {args.target[:2]} within {args.timeout:g} s", flush=True)
+                continue
+            name = args.target[2:].strip()
+            attached = f", {name} {'attached' if pong.attached else 'not attached'}" if name else ""
+            print(f"answer from {pong.host}: seq={i + 1} time={pong.rtt * 1000:.1f} ms{attached}", flush=True)
+    got = [r for r in rtts if r is not None]
+    summary = f"{args.count} sent, {len(got)} answered"
+    if got:
+        summary += f", rtt min/avg/max {min(got) * 1000:.1f}/{sum(got) / len(got) * 1000:.1f}/{max(got) * 1000:.1f} ms"
+    print(summary)
+    return EXIT_OK if got else EXIT_NOTHING
 
 
 @_guard

@@ -101,16 +101,18 @@ def _read_secret(path: str) -> bytes:
 
 @dataclass
 class ProcessConfig:
-    """A `[[process]]`: a process name, and who may attach under it."""
+    """A `[[process]]`: a process name, who may attach under it, and how much may wait for it."""
     name: str
     uid: int | str | None = None  # a user id or name
     gid: int | str | None = None  # a group id or name: its members may attach too
+    max_waiting: int = 0  # messages on RECV_LIST for it at most; more wait on the sending side (0: no cap)
 
     def check(self) -> None:
         try:
             self.name = process_name(self.name).rstrip()
         except IdError as e:
             raise ConfigError(f"[[process]] name: {e}") from None
+        _range(f"[[process]] {self.name!r} max_waiting", self.max_waiting, 0, 10_000_000)
         if isinstance(self.uid, str):
             try:
                 self.uid = pwd.getpwnam(self.uid).pw_uid

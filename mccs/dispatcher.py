@@ -10,6 +10,7 @@ Effects; the shell commits the changes before it sends the replies.
 from __future__ import annotations
 
 from collections import Counter, deque
+from typing import Callable
 
 from checkpoint import changes as ch
 from checkpoint.changes import INLINE_MAX, Stored, Table
@@ -54,8 +55,10 @@ def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
 
 class ProcessDispatcher:
     def __init__(self, host: str, buffers: int, ttl: float, lists: Lists, ids: MsgIds, seqs: Sequence,
-                 sessions: Sessions, counters: Counter, blobs: Blobs):
+                 sessions: Sessions, counters: Counter, blobs: Blobs, over_quota: Callable[[str], bool]):
+        """`over_quota(to_id)`: does that process of this host have its max_waiting messages?"""
         self.host, self.buffers, self.ttl, self.blobs = host, buffers, ttl, blobs
+        self.over_quota = over_quota
         self.lists, self.ids, self.seqs, self.sessions, self.counters = lists, ids, seqs, sessions, counters
 
     def run(self, fx: Effects, now: float, wall: float) -> None:
@@ -71,14 +74,21 @@ class ProcessDispatcher:
 
     # -- SEND -------------------------------------------------------------------------------
     def _sends(self, queue: deque[PRQBLOK], local: bool, fx: Effects, wall: float) -> None:
+        """In order while there is room; a SEND for a process of this host at its quota waits (with
+        every later one for it), the others go on."""
         target = self.lists.recv if local else self.lists.send
+        kept: list[PRQBLOK] = []
         while queue:
             prq = queue[0]
             if not prq.done:
                 if len(target) >= self.buffers or self.ids.full:
-                    return
-                self._store(prq, local, fx, wall)
+                    break
+                if local and self.over_quota(prq.to_id):
+                    kept.append(prq)
+                else:
+                    self._store(prq, local, fx, wall)
             queue.popleft()
+        queue.extendleft(reversed(kept))
 
     def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> None:
         seq = self.seqs.take()

@@ -20,6 +20,7 @@ from checkpoint.store import Restored
 from linedrivers.ids import host_of
 
 from .config import HostConfig, LineConfig
+from .control import Control
 from .dispatcher import ProcessDispatcher, answer
 from .effects import Effects
 from .lines import Lines
@@ -66,21 +67,24 @@ class Kernel:
         self.blobs = Blobs(read_blob)
         self.reassembly = Reassembly(cfg.max_message, [Partial(*p) for p in state.partials], state.seg_done)
         self._restore(state)
-        self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, cfg.ttl, self.lists, self.ids, self.seqs,
-                                            self.sessions, self.counters, self.blobs)
         self.notices = Notices(self.host, cfg.ttl, self.lists, self.ids, self.seqs, self.counters)
+        self.control = Control(self.host, {self.host + p.name.ljust(4): p.max_waiting for p in cfg.processes
+                                           if p.max_waiting}, self.lists, self.sessions, self.notices, self.counters)
+        self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, cfg.ttl, self.lists, self.ids, self.seqs,
+                                            self.sessions, self.counters, self.blobs, self.control.over_quota)
         receiver = MessageReceiver(self.host, cfg.max_message, cfg.hop_limit, self.lists, self.ids, self.dups,
                                    self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.blobs,
-                                   self.counters)
+                                   self.control, self.counters)
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, epoch=self.epoch)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
-                           PeerEpochs(state.peer_epochs), self.counters)
+                           PeerEpochs(state.peer_epochs), self.control.holds, self.counters)
         self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.ids, self.notices)
         self._now = 0.0
         self._fx = Effects()
         self._sends = 0
         self._taken: list[MSGBLOK] = []  # confirmed since the last pass, with a receipt asked
+        self._pings: list[tuple[int, object, Ping]] = []  # asked since the last pass
 
     def _restore(self, state: Restored) -> None:
         """Initialization: the lists exactly as they were at the last commit."""
@@ -111,6 +115,7 @@ class Kernel:
         if session is None:
             return
         self.lists.wait.drop_recvs(conn, session.name)
+        self.control.forget(conn)
         for blk in session.handed.values():
             self.lists.recv.give_back(blk)
         if session.handed:
@@ -141,6 +146,10 @@ class Kernel:
                 self._confirm(session, rid, req)
             elif isinstance(req, Cancel):
                 self._cancel(session, rid, req, prior)
+            elif isinstance(req, Ping) and req.host:  # through the network, in the pass (it has the wall clock)
+                if not self.known_host(req.host) and req.host != self.host:
+                    raise RequestError("unknown_host", f"host {req.host!r} is unknown here: nothing to ping")
+                self._pings.append((conn, rid, req))
             elif isinstance(req, Ping):
                 self._fx.reply(conn, {"id": rid, "ok": True, "host": self.host})
             elif isinstance(req, QueueRequest):  # carried out in the pass, which has the wall clock
@@ -264,7 +273,11 @@ class Kernel:
             self.notices.delivered(fx, blk, wall)
         self._taken.clear()
         self.queue.run(fx, wall)
+        for conn, rid, ping in self._pings:
+            self.control.ping(fx, conn, rid, ping.host, ping.name, ping.timeout, now, wall)
+        self._pings.clear()
         self.dispatcher.run(fx, now, wall)
+        self.control.release(fx, wall)
         self.notices.expire(fx, wall)
         for p in self.reassembly.stale(wall - self.cfg.ttl):  # its sender gave up on it long ago
             log.warning("%s: dropped the partly received %s/%d (%d of %d bytes): nothing came for it for %.0f s",
@@ -281,6 +294,9 @@ class Kernel:
         expiry = self.lists.send.next_expiry()
         fx.wake_at(None if expiry is None else now + max(0.0, expiry - wall))
         fx.wake_at(self.lines.deadline())
+        fx.wake_at(self.control.expire(fx, now))
+        lease = self.control.next_lease_end(wall)
+        fx.wake_at(None if lease is None else now + lease)
         if self.blobs.pending:  # a large message stored in this pass waits for the next one to go on
             fx.wake_at(now)
         return fx

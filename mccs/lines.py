@@ -151,12 +151,14 @@ class Lines:
     def __init__(self, host: str, max_message: int, configs: list[LineConfig],
                  new_machine: Callable[[LineConfig], LineMachine],
                  lists: Lists, ids: MsgIds, seqs: Sequence, pairs: Pairs, routes: RoutingTable,
-                 receiver: MessageReceiver, blobs: Blobs, epochs: PeerEpochs, counters: collections.Counter):
+                 receiver: MessageReceiver, blobs: Blobs, epochs: PeerEpochs,
+                 holds: Callable[[MSGBLOK, float], bool], counters: collections.Counter):
+        """`holds(blk, wall)`: does this origin keep the block back (its name's quota, mccs.control)?"""
         self.host, self.max_message, self.blobs, self.epochs = host, max_message, blobs, epochs
         self._now = 0.0
         self.new_machine = new_machine
         self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
-        self.pairs, self.routes, self.receiver = pairs, routes, receiver
+        self.pairs, self.routes, self.receiver, self.holds = pairs, routes, receiver, holds
         self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in configs}
 
     def __getitem__(self, peer: str) -> LineControlBlock:
@@ -419,7 +421,7 @@ class Lines:
         for blk in self.lists.send.queue(dest, priority):
             if not lcb.routed and blk.pseq:  # numbered: it goes only with its number, and none behind it
                 return  # may pass it unnumbered (the line signed on as version 1: it waits for a routed one)
-            if blk.parked_until > wall or blk.held:
+            if blk.parked_until > wall or blk.held or self.holds(blk, wall):  # one for a name at its quota waits
                 continue
             if not self.blobs.ready(blk.data):  # its text is committed with this pass: it, and all after it, wait
                 return

@@ -81,21 +81,27 @@ class Notices:
             self._notice(fx, blk, "delivered", f"taken by {blk.to_id.rstrip()}", wall)
 
     def _notice(self, fx: Effects, about: MSGBLOK, kind: str, reason: str, wall: float) -> None:
-        to_id = about.from_id
+        text = json.dumps({"notice": kind, "msg_id": about.msg_id, "to_id": about.to_id, "reason": reason,
+                           "at": round(wall, 3)}).encode()
+        self.message(fx, about.from_id, about.msg_id, text, wall, kind)
+
+    def message(self, fx: Effects, to_id: str, user_id: int, text: bytes, wall: float, kind: str,
+                priority: int = 0, ttl: float | None = None) -> MSGBLOK | None:
+        """A message from this host's daemon (FROM_ID host + MCCS), flagged NOTICE so it never gets
+        a notice of its own: on RECV_LIST if for this host, else on SEND_LIST; None if no MSG_ID
+        is free (the pass must go on: it is counted and logged, not made)."""
         local = host_of(to_id) == self.host
         seq = self.seqs.take()
         try:
             msg_id, id_changes = self.ids.allocate(host_of(to_id), seq)
-        except RuntimeError:  # every MSG_ID in use: the pass must go on, so the notice is not made
+        except RuntimeError:
             self.counters["notices_not_made"] += 1
-            fx.trace("msg", "notice_not_made", notice=kind, reason="no free MSG_ID", **fields(about))
-            log.error("%s: no free MSG_ID for the %s notice of %s/%d to %s: not sent", self.host, kind,
-                      about.origin, about.msg_id, to_id.rstrip())
-            return
-        text = json.dumps({"notice": kind, "msg_id": about.msg_id, "to_id": about.to_id, "reason": reason,
-                           "at": round(wall, 3)}).encode()
-        blk = MSGBLOK(seq, to_id, self.host + NAME, msg_id, about.msg_id, text, wall,
-                      expires=0.0 if local else wall + self.ttl, flags=NOTICE)
+            fx.trace("msg", "notice_not_made", notice=kind, reason="no free MSG_ID", to_id=to_id, user_id=user_id)
+            log.error("%s: no free MSG_ID for a %s message (USER_ID %d) to %s: not sent", self.host, kind, user_id,
+                      to_id.rstrip())
+            return None
+        blk = MSGBLOK(seq, to_id, self.host + NAME, msg_id, user_id, text, wall,
+                      expires=0.0 if local else wall + (ttl or self.ttl), flags=NOTICE, priority=priority)
         fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk.row()))
         fx.trace("msg", "accepted", notice=kind, **fields(blk))
         self.counters["notices"] += 1
@@ -104,3 +110,4 @@ class Notices:
             fx.trace("msg", "received", notice=kind, **fields(blk))
         else:
             self.lists.send.add(blk)
+        return blk

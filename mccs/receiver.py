@@ -24,6 +24,7 @@ from .effects import Effects
 from .envelope import CARRIED, SEGMENT, VOID, Envelope
 from .lists import MSGBLOK, Lists, Sequence
 from .msgids import KeyWindow, MsgIds
+from .control import Control
 from .notices import Notices, fields
 from .pairs import Pairs, Verdict
 
@@ -43,8 +44,10 @@ class Arrival:
 class MessageReceiver:
     def __init__(self, host: str, max_message: int, hop_limit: int, lists: Lists, ids: MsgIds, dups: KeyWindow,
                  seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, notices: Notices,
-                 reassembly: segments.Reassembly, blobs: segments.Blobs, counters: collections.Counter):
+                 reassembly: segments.Reassembly, blobs: segments.Blobs, control: Control,
+                 counters: collections.Counter):
         self.host, self.max_message, self.hop_limit = host, max_message, hop_limit
+        self.control = control
         self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
         self.pairs, self.routes, self.notices, self.counters = pairs, routes, notices, counters
         self.reassembly, self.blobs = reassembly, blobs
@@ -102,8 +105,8 @@ class MessageReceiver:
             return
         blk, add = self._block(src, m, Envelope(), wall, Table.RECV_LIST)
         fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
-        self.lists.arrive(blk)
         fx.trace("msg", "received", src.peer, src.proto, **fields(m))
+        self._deliver(blk, fx, wall)
 
     def _in_order(self, src: Arrival, m: Image, env: Envelope, fx: Effects, wall: float) -> None:
         """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
@@ -131,7 +134,15 @@ class MessageReceiver:
                 self.counters["voids"] += 1
                 fx.change(ch.delete_block(Table.RECV_LIST, ready_blk.seq))
             else:
-                self.lists.arrive(ready_blk)
+                self._deliver(ready_blk, fx, wall)
+
+    def _deliver(self, blk: MSGBLOK, fx: Effects, wall: float) -> None:
+        """A message in its place: for this daemon, or on RECV_LIST for its process."""
+        if self.control.is_for_daemon(blk):
+            self.control.arrived(fx, blk, wall)
+        else:
+            self.lists.arrive(blk)
+            self.control.arrival(fx, blk, wall)
 
     def forget(self, origin: str) -> list[ch.Change]:
         """What was received from an origin whose checkpoint was started afresh (mccs.epochs)."""

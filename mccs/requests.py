@@ -66,7 +66,11 @@ class Status:
 
 @dataclass(frozen=True)
 class Ping:
-    pass
+    """No host: is the daemon there? A host: a round trip to its daemon, which says whether process
+    `name` is attached there (mccs.control)."""
+    host: str = ""
+    name: str = ""  # 4 characters, blank padded; "": none asked
+    timeout: float = 5.0  # seconds the answer may take
 
 
 @dataclass(frozen=True)
@@ -232,10 +236,24 @@ def _queue(req: dict) -> QueueRequest:
     return op
 
 
+def _ping(req: dict) -> Ping:
+    host, name = _field(req, "host", str, ""), _field(req, "name", str, "")
+    if host and not check_host(host):
+        raise RequestError("bad_id", f"host: {host!r} is not a host id (2 printable characters, no blank)")
+    if name and not host:
+        raise RequestError("bad_request", "a ping names a process only with its host")
+    try:
+        name = process_name(name) if name else ""
+    except IdError as e:
+        raise RequestError("bad_id", f"name: {e}") from None
+    timeout = _seconds(req, "timeout", 0.1)
+    return Ping(host, name, 5.0 if timeout is None else min(timeout, 3600.0))
+
+
 def _confirm(req: dict) -> Confirm:
     return Confirm(_field(req, "rid", int, required=True))
 
 
 _PARSERS = {"hello": _hello, "send": _send, "recv": _recv, "confirm": _confirm,
-            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": lambda req: Ping(),
+            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": _ping,
             "queue": _queue}

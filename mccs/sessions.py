@@ -51,6 +51,10 @@ class Sessions:
             del self.by_name[session.name]
         return session
 
+    def attached(self, pid: str) -> bool:
+        """Is a process attached under this process id (`mccs ping`)?"""
+        return pid in self.by_name
+
     def refusal(self, session: Session, name: str) -> str | None:
         """Why `session` may not hold process `name` (4 characters), or None when it may."""
         proc = self._processes.get(name.rstrip())

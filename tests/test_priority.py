@@ -1,0 +1,188 @@
+"""Priorities, ping and quotas in the daemon's core, over simulated lines (tools.hostsim): the
+state machines in memory; tests/test_priority_daemons.py runs the same over real daemons."""
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from checkpoint.store import Checkpoint
+from mccs import envelope
+from mccs.config import ProcessConfig
+from tools.hostsim import SimNet, line
+
+
+def _paced(net: SimNet, a: str, b: str, baud: int) -> None:
+    for side in "ab":
+        net.channel(a, b).outof(side).imp.baud = baud
+
+
+def test_the_envelope_carries_the_priority_in_the_top_bits_of_flags_and_an_old_reader_sees_plain_flags():
+    env = envelope.Envelope(2, envelope.RECEIPT, "0a0b0c0d", 9, 30, priority=5)
+    img = envelope.wrap("BBR   ", "AAP   ", 7, 1, b"hi", env)
+    assert img[-15 + 2] == envelope.RECEIPT | 5 << 5  # FLAGS byte on the wire
+    _, back = envelope.unwrap(img, 128)
+    assert back == env and back.flags == envelope.RECEIPT
+    assert envelope.unwrap(envelope.wrap("BBR   ", "AAP   ", 7, 1, b"hi", envelope.Envelope()), 128)[1].priority == 0
+
+
+def test_priority_is_refused_outside_0_to_7(tmp_path):
+    net = SimNet(tmp_path, {"AA": []})
+    p = net.client("AA", "P")
+    for bad in (8, -1, True, "7"):
+        reply = p.send("AAR", b"x", priority=bad)
+        assert not reply["ok"] and reply["code"] == "bad_request", reply
+
+
+def test_recv_without_selection_takes_the_highest_priority_first_and_order_within_a_priority(tmp_path):
+    net = SimNet(tmp_path, {"AA": []})
+    p, r = net.client("AA", "P"), net.client("AA", "R")
+    sent = [(b"low 1", 0), (b"mid 1", 3), (b"low 2", 0), (b"top", 7), (b"mid 2", 3)]
+    for data, prio in sent:
+        assert p.send("AAR", data, priority=prio)["ok"]
+    got = [base64.b64decode(r.recv(wait=False)["msg"]["data"]) for _ in sent]
+    assert got == [b"top", b"mid 1", b"mid 2", b"low 1", b"low 2"]
+
+
+def test_an_urgent_message_overtakes_a_queue_on_a_paced_line_and_hops_and_all_arrive_once_in_order(tmp_path):
+    hosts = {"AA": [line("BB", baud=9600)], "BB": [line("AA", baud=9600), line("CC", baud=4800)],
+             "CC": [line("BB", baud=4800)]}
+    net = SimNet(tmp_path, hosts)
+    _paced(net, "AA", "BB", 9600)
+    _paced(net, "BB", "CC", 4800)  # slower: a queue builds up at BB too
+    assert net.run(lambda: net["AA"].kernel.routes.next_hop("CC") == "BB", duration=60)
+    p = net.client("AA", "P")
+    bulk = [p.send("CCR", b"bulk %03d " % i + bytes(90))["msg_id"] for i in range(200)]
+    assert net.run(lambda: len(net["BB"].kernel.lists.send) >= 20, duration=60)  # a queue at the transit host too
+    t0, transit = net.now, len(net["BB"].kernel.lists.send)
+    urgent = p.send("CCR", b"urgent", priority=7)["msg_id"]
+    assert net.run(lambda: net["CC"].kernel.lists.recv.match("CCR   ", "", 0) is not None
+                   and net["CC"].kernel.lists.recv.match("CCR   ", "", 0).msg_id == urgent, duration=30)
+    waited = net.now - t0
+    left = len(net["AA"].kernel.lists.send)
+    assert left > 100, "the urgent message came only after most of the bulk"
+    frames = (110 + 30) * 10 / 9600 + (110 + 30) * 10 / 4800  # a bulk frame on each line
+    print(f"urgent across 9600 and 4800 baud, {left} queued at AA, {transit} at BB: {waited:.2f} s "
+          f"(a bulk frame on each line: {frames:.3f} s)")
+    assert waited < 4 * frames  # on the virtual clock: deterministic
+    assert net.run(lambda: len(net["CC"].kernel.lists.recv) == 201, duration=120)
+    r = net.client("CC", "R")
+    got = [r.recv(wait=False)["msg"]["msg_id"] for _ in range(201)]
+    assert got == [urgent, *bulk]  # the urgent first (highest priority); the bulk in order, each once
+    assert net["CC"].kernel.counters["duplicates"] == 0
+
+
+def test_priority_and_per_priority_order_numbers_survive_a_restart_and_the_schema_5_migration(tmp_path):
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
+    p = net.client("AA", "P")
+    p.send("BBR", b"seven", priority=7)
+    p.send("BBR", b"zero")
+    assert net.run(lambda: len(net["BB"].kernel.lists.recv) == 2, duration=30)
+    net["BB"].crash()
+    assert [b.priority for b in net["BB"].kernel.lists.recv] == [7, 0]
+    assert net["BB"].kernel.pairs.into.pairs.keys() == {("AA", 7), ("AA", 0)}
+    assert net["AA"].kernel.pairs.out.next == {("BB", 7): 2, ("BB", 0): 2}
+    cp = net["AA"].cp.conn
+    assert cp.execute("SELECT dest, priority, next FROM pair_out ORDER BY priority").fetchall() == \
+        [("BB", 0, 2), ("BB", 7, 2)]
+
+
+def test_a_schema_5_checkpoint_is_migrated_its_numbers_are_those_of_priority_0(tmp_path):
+    path = tmp_path / "AA.db"
+    Checkpoint(path, "AA").close()
+    import sqlite3
+    conn = sqlite3.connect(path)  # back to version 5 as it was: pair tables by host only, no priority
+    with conn:
+        for table, host in (("pair_out", "dest"), ("pair_in", "origin")):
+            conn.execute(f"DROP TABLE {table}")
+        conn.execute("CREATE TABLE pair_out (dest TEXT PRIMARY KEY, next INTEGER)")
+        conn.execute("CREATE TABLE pair_in (origin TEXT PRIMARY KEY, epoch TEXT, expect INTEGER)")
+        conn.execute("INSERT INTO pair_out VALUES ('BB', 17)")
+        conn.execute("INSERT INTO pair_in VALUES ('CC', 'abcdef01', 9)")
+        for table in ("send_list", "recv_list", "wait_list"):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN priority")
+        conn.execute("INSERT INTO send_list (seq, to_id, from_id, msg_id, user_id, data, ts, hops, pseq, epoch, "
+                     "expires, flags, crc, text) VALUES (1, 'BBR   ', 'AAP   ', 1, 1, x'41', 0, 0, 0, '', 0, 0, 0, 0)")
+        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    conn.close()
+    cp = Checkpoint(path, "AA")
+    state = cp.restore()
+    assert state.pairs_out == {("BB", 0): 17} and state.pairs_in == {("CC", 0): ("abcdef01", 9)}
+    assert [r.priority for r in state.send_list] == [0]
+    assert cp.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "6"
+    cp.close()
+
+
+def test_ping_through_a_transit_host_says_whether_the_process_is_attached(tmp_path):
+    hosts = {"AA": [line("BB")], "BB": [line("AA"), line("CC")], "CC": [line("BB")]}
+    net = SimNet(tmp_path, hosts)
+    assert net.run(lambda: net["AA"].kernel.routes.next_hop("CC") == "BB", duration=60)
+    admin = net.client("AA", None)
+    net.client("CC", "LEDG").ask({"op": "hello", "name": "LEDG"})
+    got = admin.ask({"op": "ping", "host": "CC", "name": "LEDG", "timeout": 10})
+    assert got["ok"] and got["answer"] and got["host"] == "CC" and got["attached"] is True
+    got = admin.ask({"op": "ping", "host": "CC", "name": "NONE", "timeout": 10})
+    assert got["answer"] and got["attached"] is False
+    assert not net["CC"].kernel.lists.recv and not net["AA"].kernel.lists.recv  # the daemons took them
+    assert net["CC"].kernel.counters["pings_in"] == 2 and net["AA"].kernel.counters["pongs_in"] == 2
+    local = admin.ask({"op": "ping", "host": "AA", "name": "P"})
+    assert local["answer"] and local["attached"] is False
+    for bad, code in (({"host": "A"}, "bad_id"), ({"host": "ZZ"}, "unknown_host"), ({"name": "X"}, "bad_request"),
+                      ({"host": "CC", "timeout": -1}, "bad_request")):
+        reply = admin.ask({"op": "ping", **bad})
+        assert not reply["ok"] and reply["code"] == code, (bad, reply)
+
+
+def test_a_ping_over_a_cut_line_gets_no_answer_and_its_late_pong_is_dropped(tmp_path):
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
+    assert net.run(lambda: net["AA"].kernel.routes.next_hop("BB") == "BB", duration=60)
+    net.channel("AA", "BB").disconnect()
+    admin = net.client("AA", None)
+    got = admin.ask({"op": "ping", "host": "BB", "timeout": 2})
+    assert got["ok"] and got["answer"] is None
+    assert not net["AA"].kernel.control.pings
+
+
+def test_a_quota_holds_one_name_at_its_origin_while_the_others_flow_and_nothing_is_lost(tmp_path):
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]},
+                 processes={"BB": [ProcessConfig("LEDG", max_waiting=5)]})
+    _paced(net, "AA", "BB", 9600)
+    p = net.client("AA", "P")
+    ledg = [p.send("BBLEDG", b"ledger %d" % i)["msg_id"] for i in range(40)]
+    assert net.run(lambda: net["AA"].kernel.control.held, duration=30)
+    pay = [p.send("BBPAY", b"pay %d" % i)["msg_id"] for i in range(10)]
+    bb = net["BB"].kernel
+    assert net.run(lambda: len(bb.lists.recv.boxes.get("BBPAY ", ())) == 10, duration=60)
+    waiting = len(bb.lists.recv.boxes["BBLEDG"])
+    assert 5 <= waiting <= 5 + 16, waiting  # the cap, and what was on the way when the hold came
+    assert len(net["AA"].kernel.lists.send) >= 40 - waiting - 1  # the rest waits on the sending side
+    r = net.client("BB", "LEDG")
+    got = []
+    while len(got) < 40:
+        msg = r.recv(timeout=30)["msg"]
+        assert msg is not None, f"only {len(got)} of 40 arrived"
+        got.append(msg["msg_id"])
+    assert got == ledg
+
+
+def test_a_local_send_to_a_name_at_its_quota_waits_and_others_go_on(tmp_path):
+    net = SimNet(tmp_path, {"AA": []}, processes={"AA": [ProcessConfig("LEDG", max_waiting=2)]})
+    p = net.client("AA", "P")
+    assert all(p.send("AALEDG", b"%d" % i)["ok"] for i in range(2))
+    third = p.request({"op": "send", "to": "AALEDG", "data": "Mw=="})
+    net.run(duration=1)
+    assert p.reply(third) is None  # it waits on WAIT_LIST
+    assert p.send("AAPAY", b"pay")["ok"]  # another name is not held up
+    r = net.client("AA", "LEDG")
+    assert base64.b64decode(r.recv(wait=False)["msg"]["data"]) == b"0"
+    assert net.run(lambda: p.reply(third), duration=5)["ok"]
+    assert [base64.b64decode(r.recv(wait=False)["msg"]["data"]) for _ in range(2)] == [b"1", b"3"]
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True])
+def test_max_waiting_must_be_a_count(tmp_path, bad):
+    from mccs.config import ConfigError, from_dict
+    doc = {"host": {"id": "AA", "socket": "s", "checkpoint": "c", "trace_dir": "t"},
+           "process": [{"name": "LEDG", "max_waiting": bad}]}
+    with pytest.raises(ConfigError, match="max_waiting"):
+        from_dict(doc)
