@@ -10,8 +10,9 @@ flagged NOTICE (it never gets a notice of its own), of priority 7, whose text is
     {"hold": "LEDG"}                        this host's LEDG has max_waiting messages: keep yours for it
     {"release": "LEDG"}                     it took some: send again
 
-A hold binds the origin for HOLD_LEASE seconds at most: a lost or forgotten release (a daemon
-restarted) only lets the next messages through, and a name still over its quota is held again.
+A hold binds the origin for HOLD_LEASE seconds, and is told again halfway while the name is
+still at its quota: a release lost with a restarted daemon delays that name's messages by a
+lease at most, and loses nothing.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from .sessions import Sessions
 
 log = logging.getLogger("mccs.control")
 
-HOLD_LEASE = 60.0  # seconds an origin keeps messages for a name over its quota without a new hold
+HOLD_LEASE = 300.0  # seconds an origin keeps messages for a name at its quota without a new hold
 
 
 @dataclass
@@ -106,7 +107,8 @@ class Control:
         fx.trace("msg", "control", control=kind, name=name, origin=origin, msg_id=blk.msg_id)
         if kind == "ping":
             attached = self.sessions.attached(self.host + name.ljust(4))
-            self._send(fx, origin, blk.msg_id, {"pong": name, "attached": attached}, wall, "pong")
+            left = max(1.0, blk.expires - wall) if blk.expires else None  # no use after its ping's time
+            self._send(fx, origin, blk.msg_id, {"pong": name, "attached": attached}, wall, "pong", ttl=left)
         elif kind == "pong":
             p = self.pings.get(blk.user_id)
             if p is not None and p.host == origin:  # else late: its ping has had its answer
@@ -135,22 +137,36 @@ class Control:
         if blk.origin == self.host or not self.over_quota(blk.to_id):
             return
         told = self.holding.setdefault(blk.to_id, {})
-        if told.get(blk.origin, -HOLD_LEASE) < wall - HOLD_LEASE / 2:
-            told[blk.origin] = wall
-            self._send(fx, blk.origin, 0, {"hold": blk.to_id[2:].rstrip()}, wall, "hold")
+        if blk.origin not in told:
+            self._hold(fx, blk.to_id, blk.origin, wall)
 
-    def release(self, fx: Effects, wall: float) -> None:
-        """Names below their quota again: the origins told to hold may send again."""
-        for to_id in [t for t in self.holding if not self.over_quota(t)]:
-            for origin in self.holding.pop(to_id):
-                self._send(fx, origin, 0, {"release": to_id[2:].rstrip()}, wall, "release")
+    def _hold(self, fx: Effects, to_id: str, origin: str, wall: float) -> None:
+        self.holding[to_id][origin] = wall
+        self._send(fx, origin, 0, {"hold": to_id[2:].rstrip()}, wall, "hold")
+
+    def renew(self, fx: Effects, wall: float) -> None:
+        """In the pass: names below their quota again release the origins told to hold; those
+        still at it tell them again before their hold runs out."""
+        for to_id in list(self.holding):
+            if not self.over_quota(to_id):
+                for origin in self.holding.pop(to_id):
+                    self._send(fx, origin, 0, {"release": to_id[2:].rstrip()}, wall, "release")
+                continue
+            for origin, told in list(self.holding[to_id].items()):
+                if told < wall - HOLD_LEASE / 2:
+                    self._hold(fx, to_id, origin, wall)
 
     def holds(self, blk: MSGBLOK, wall: float) -> bool:
         """Does this origin keep the block back, its destination name being over its quota there?
         Only a block not yet numbered: one with its end-to-end number must go, others wait for it."""
         return not blk.pseq and blk.origin == self.host and self.held.get(blk.to_id, 0.0) > wall
 
+    def status(self) -> dict:
+        """Names at their quota here and the origins told to hold; names held here for a quota there."""
+        return {"holding": {t.rstrip(): sorted(o) for t, o in self.holding.items()},
+                "held": sorted(t.rstrip() for t in self.held)}
+
     def next_lease_end(self, wall: float) -> float | None:
-        """Seconds until the first hold runs out (then the held messages go again)."""
-        ends = [t for t in self.held.values() if t > wall]
-        return min(ends) - wall if ends else None
+        """Seconds until the first hold runs out (then the held messages go again); those out are gone."""
+        self.held = {t: end for t, end in self.held.items() if end > wall}
+        return min(self.held.values()) - wall if self.held else None

@@ -277,7 +277,7 @@ class Kernel:
             self.control.ping(fx, conn, rid, ping.host, ping.name, ping.timeout, now, wall)
         self._pings.clear()
         self.dispatcher.run(fx, now, wall)
-        self.control.release(fx, wall)
+        self.control.renew(fx, wall)
         self.notices.expire(fx, wall)
         for p in self.reassembly.stale(wall - self.cfg.ttl):  # its sender gave up on it long ago
             log.warning("%s: dropped the partly received %s/%d (%d of %d bytes): nothing came for it for %.0f s",
@@ -321,5 +321,6 @@ class Kernel:
                 "routing": self.cfg.routing, "routes": self.routes.status(self._now),
                 "waiting_for": self.lists.send.waiting(), "oldest_waiting": self.lists.send.oldest(),
                 "held_for_order": self.pairs.into.status(),
+                "quota": self.control.status(),
                 "receiving": self.reassembly.status(),
                 "counters": {**self.counters, "connections": len(self.sessions)}}

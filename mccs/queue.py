@@ -42,10 +42,11 @@ def entry(item: Item, where: str, state: str, wall: float) -> dict:
     if isinstance(item, PRQBLOK):
         return {"id": f"#{item.seq}" if item.seq else "-", "seq": item.seq, "list": where, "origin": None,
                 "msg_id": None, "from": item.from_id.rstrip(), "to": item.to_id.rstrip(), "size": len(item.data),
-                "age": None, "state": state, "kind": _kind(item.flags)}
+                "age": None, "state": state, "kind": _kind(item.flags), "priority": item.priority}
     return {"id": item.name, "seq": item.seq, "list": where, "origin": item.origin, "msg_id": item.msg_id,
             "from": item.from_id.rstrip(), "to": item.to_id.rstrip(), "size": item.size,
-            "age": round(max(0.0, wall - item.ts), 1), "state": state, "kind": _kind(item.flags)}
+            "age": round(max(0.0, wall - item.ts), 1), "state": state, "kind": _kind(item.flags),
+            "priority": item.priority}
 
 
 def _kind(flags: int) -> str:

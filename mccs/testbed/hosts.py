@@ -23,14 +23,14 @@ def _toml_value(value) -> str:
 
 
 def write_config(directory: str | os.PathLike, host: str, lines: list[dict] = (), routes: list[dict] = (),
-                 **host_keys) -> Path:
+                 processes: list[dict] = (), **host_keys) -> Path:
     """Write `<directory>/<host>.toml` with socket, checkpoint and trace_dir beside it."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     keys = {"id": host, "socket": f"run/{host}.sock", "checkpoint": f"{host}.db", "trace_dir": f"trace/{host}",
             **host_keys}
     text = ["[host]"] + [f"{k} = {_toml_value(v)}" for k, v in keys.items()]
-    for table, entries in (("line", lines), ("route", routes)):
+    for table, entries in (("line", lines), ("route", routes), ("process", processes)):
         for entry in entries:
             text += ["", f"[[{table}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
     path = directory / f"{host}.toml"
