@@ -207,11 +207,10 @@ class SendList:
         firsts = (next(iter(q.values())) for q in self._by_dest.values())
         return {b.dest: {"id": b.name, "stored": round(b.ts, 3), "size": b.size} for b in firsts}
 
-    def queue(self, dest: str, priority: int | None = None) -> Iterator[MSGBLOK]:
-        """The blocks for one destination (of one priority), in order, lazily: do not change the
+    def queue(self, dest: str, priority: int) -> Iterator[MSGBLOK]:
+        """The blocks for one destination of one priority, in order, lazily: do not change the
         list meanwhile."""
-        blocks = self._by_dest.get(dest) if priority is None else self._by_stream.get((dest, priority))
-        return iter((blocks or {}).values())
+        return iter(self._by_stream.get((dest, priority), {}).values())
 
     def priorities(self) -> list[tuple[int, str]]:
         """(priority, destination) of every stream that has blocks, highest priority first."""

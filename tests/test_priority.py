@@ -3,6 +3,7 @@ state machines in memory; tests/test_priority_daemons.py runs the same over real
 from __future__ import annotations
 
 import base64
+import sqlite3
 
 import pytest
 
@@ -90,10 +91,9 @@ def test_priority_and_per_priority_order_numbers_survive_a_restart_and_the_schem
 def test_a_schema_5_checkpoint_is_migrated_its_numbers_are_those_of_priority_0(tmp_path):
     path = tmp_path / "AA.db"
     Checkpoint(path, "AA").close()
-    import sqlite3
     conn = sqlite3.connect(path)  # back to version 5 as it was: pair tables by host only, no priority
     with conn:
-        for table, host in (("pair_out", "dest"), ("pair_in", "origin")):
+        for table in ("pair_out", "pair_in"):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("CREATE TABLE pair_out (dest TEXT PRIMARY KEY, next INTEGER)")
         conn.execute("CREATE TABLE pair_in (origin TEXT PRIMARY KEY, epoch TEXT, expect INTEGER)")

@@ -141,8 +141,15 @@ def test_mccs_ping_across_two_hops_says_whether_a_process_is_attached_and_a_stop
             pong = admin.ping("CCLEDG")
             assert pong is not None and pong.host == "CC" and pong.attached is False and pong.rtt > 0
             assert admin.ping("BB").attached is None
+        aa = str(d["AA"].config)
+        assert mccs_cli("send", "-c", aa, "--as", "P", "CCR", "x", "--priority", "8", timeout=30).returncode == 2
+        done = mccs_cli("send", "-c", aa, "--as", "P", "CCR", "urgent", "--priority", "6", timeout=30)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(mccs_cli("recv", "-c", str(d["CC"].config), "--as", "R", "--json", "--timeout", "30",
+                                  timeout=60).stdout)
+        assert got["text"] == "urgent" and got["msg_id"] == int(done.stdout)
         d["CC"].stop()
-        done = mccs_cli("ping", "-c", str(d["AA"].config), "CC", "--timeout", "2", timeout=60)
+        done = mccs_cli("ping", "-c", aa, "CC", "--timeout", "2", timeout=60)
         assert done.returncode == 1 and "no answer from CC" in done.stdout, (done.stdout, done.stderr)
         done = mccs_cli("ping", "-c", str(d["AA"].config), "ZZ", timeout=60)
         assert done.returncode == 2 and "unknown" in done.stderr
