@@ -97,6 +97,8 @@ class Kernel:
             if not self.pairs.into.is_held(blk) and not blk.flags & VOID:  # held ones stay out of sight
                 self.lists.arrive(blk)
             self._hold(blk)
+        for box in self.lists.recv.boxes.values():
+            box.restore_order()
         for p in state.wait_list:
             self.lists.wait.add_send(PRQBLOK.restored(p), host_of(p.to_id) == self.host)
 

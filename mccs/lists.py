@@ -15,7 +15,7 @@ import itertools
 from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from checkpoint.changes import PendingSend, Row, Stored
 from linedrivers.ids import host_of
@@ -251,8 +251,8 @@ class Mailbox:
                     del index[key]
 
     def restore_order(self) -> None:
-        """Blocks given back (their process went away) go to their places by seq again."""
-        blocks = sorted(self.ready.values(), key=lambda b: b.seq)
+        """Blocks given back (their process went away), or restored, go to their places again."""
+        blocks = arrival_order(self.ready.values())
         self.ready.clear()
         self.by_from.clear()
         self.by_user.clear()
@@ -270,6 +270,18 @@ class Mailbox:
         index = self.by_from.get(from_id) if from_id.strip() else self.by_user.get(user_id) if user_id \
             else self.by_priority.get(max(self.by_priority, default=0))
         return next(iter(index.values()), None) if index else None
+
+
+def arrival_order(blocks: Iterable[MSGBLOK]) -> list[MSGBLOK]:
+    """Blocks by seq, the order they were stored in, except that those of one end-to-end stream
+    keep their PSEQ order: one held for order was stored before the one that filled its gap."""
+    blocks = sorted(blocks, key=lambda b: b.seq)
+    streams: dict[tuple, list[MSGBLOK]] = defaultdict(list)
+    for blk in blocks:
+        if blk.pseq:
+            streams[blk.stream, blk.epoch].append(blk)
+    numbered = {key: iter(sorted(s, key=lambda b: b.pseq)) for key, s in streams.items()}
+    return [next(numbered[blk.stream, blk.epoch]) if blk.pseq else blk for blk in blocks]
 
 
 class RecvList:

@@ -186,3 +186,29 @@ def test_max_waiting_must_be_a_count(tmp_path, bad):
            "process": [{"name": "LEDG", "max_waiting": bad}]}
     with pytest.raises(ConfigError, match="max_waiting"):
         from_dict(doc)
+
+
+@pytest.mark.parametrize("how", ["restart", "give back"])
+def test_a_message_released_from_the_order_hold_keeps_its_place_after_a_restart_or_a_give_back(tmp_path, how):
+    """PSEQ 2 arrives first (held, stored first), then 1: RECV takes 1, 2, also once the mailbox is
+    rebuilt from the checkpoint or from blocks given back, which go by their place in the stream."""
+    import collections
+
+    from mccs.receiver import Arrival
+    net = SimNet(tmp_path, {"BB": [line("AA")]})
+    bb = net["BB"]
+    for pseq in (2, 1):
+        img = envelope.wrap("BBR   ", "AAP   ", pseq, pseq, b"m%d" % pseq, envelope.Envelope(0, 0, "0a0b0c0d", pseq))
+        bb.kernel.lines.receiver.received(Arrival("AA", "async", collections.Counter()), img, True, bb.kernel._fx,
+                                          net.now, net.now)
+        bb.run_pass()
+    if how == "restart":
+        bb.crash()
+    else:
+        r = net.client("BB", "R")
+        r.recv(confirm=False, wait=False)
+        r.recv(confirm=False, wait=False)
+        r.close()
+        bb.run_pass()
+    r = net.client("BB", "R")
+    assert [base64.b64decode(r.recv(wait=False)["msg"]["data"]) for _ in range(2)] == [b"m1", b"m2"]
