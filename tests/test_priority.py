@@ -3,6 +3,7 @@ state machines in memory; tests/test_priority_daemons.py runs the same over real
 from __future__ import annotations
 
 import base64
+import itertools
 import sqlite3
 
 import pytest
@@ -212,3 +213,21 @@ def test_a_message_released_from_the_order_hold_keeps_its_place_after_a_restart_
         bb.run_pass()
     r = net.client("BB", "R")
     assert [base64.b64decode(r.recv(wait=False)["msg"]["data"]) for _ in range(2)] == [b"m1", b"m2"]
+
+
+def test_over_a_line_that_signed_on_without_routing_nothing_overtakes_a_message_already_numbered(tmp_path):
+    """A BSC announcement lost to noise brings a line up without ROUTE2: a numbered message waits
+    for a routing line, and the unnumbered ones after it in its stream must wait too, or they
+    arrive first (seen in test_three_hosts_mesh_noise_disconnects_and_kill9)."""
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].routed, duration=30)
+    net.channel("AA", "BB").disconnect()
+    p = net.client("AA", "P")
+    first = p.send("BBR", b"first")["msg_id"]
+    aa = net["AA"].kernel
+    assert net.run(lambda: aa.lines["BB"].state != "UP", duration=60)  # it went numbered, unacknowledged
+    p.send("BBR", b"second")
+    lcb = aa.lines["BB"]
+    lcb.routed = False  # as after a sign-on without ROUTE2
+    assert [b.msg_id for b in aa.lists.send][0] == first and next(iter(aa.lists.send)).pseq
+    assert list(itertools.islice(aa.lines._pieces(lcb, "BB", 0, net.now), 1)) == []
