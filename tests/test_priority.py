@@ -74,7 +74,7 @@ def test_an_urgent_message_overtakes_a_queue_on_a_paced_line_and_hops_and_all_ar
     assert net["CC"].kernel.counters["duplicates"] == 0
 
 
-def test_priority_and_per_priority_order_numbers_survive_a_restart_and_the_schema_5_migration(tmp_path):
+def test_priority_and_per_priority_order_numbers_survive_a_restart(tmp_path):
     net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
     p = net.client("AA", "P")
     p.send("BBR", b"seven", priority=7)
@@ -89,10 +89,10 @@ def test_priority_and_per_priority_order_numbers_survive_a_restart_and_the_schem
         [("BB", 0, 2), ("BB", 7, 2)]
 
 
-def test_a_schema_5_checkpoint_is_migrated_its_numbers_are_those_of_priority_0(tmp_path):
+def test_a_schema_6_checkpoint_is_migrated_its_numbers_are_those_of_priority_0(tmp_path):
     path = tmp_path / "AA.db"
     Checkpoint(path, "AA").close()
-    conn = sqlite3.connect(path)  # back to version 5 as it was: pair tables by host only, no priority
+    conn = sqlite3.connect(path)  # back to version 6 as it was: pair tables by host only, no priority
     with conn:
         for table in ("pair_out", "pair_in"):
             conn.execute(f"DROP TABLE {table}")
@@ -104,13 +104,13 @@ def test_a_schema_5_checkpoint_is_migrated_its_numbers_are_those_of_priority_0(t
             conn.execute(f"ALTER TABLE {table} DROP COLUMN priority")
         conn.execute("INSERT INTO send_list (seq, to_id, from_id, msg_id, user_id, data, ts, hops, pseq, epoch, "
                      "expires, flags, crc, text) VALUES (1, 'BBR   ', 'AAP   ', 1, 1, x'41', 0, 0, 0, '', 0, 0, 0, 0)")
-        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     conn.close()
     cp = Checkpoint(path, "AA")
     state = cp.restore()
     assert state.pairs_out == {("BB", 0): 17} and state.pairs_in == {("CC", 0): ("abcdef01", 9)}
     assert [r.priority for r in state.send_list] == [0]
-    assert cp.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "6"
+    assert cp.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "7"
     cp.close()
 
 
