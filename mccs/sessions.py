@@ -75,7 +75,7 @@ class Sessions:
         self.observers[pid].add(session)
 
     def attached(self, pid: str) -> bool:
-        """A handler of `pid` is connected."""
+        """A handler of `pid` is connected (start on demand, discard, `mccs ping`)."""
         return bool(self.handlers.get(pid))
 
     def close(self, conn: int) -> Session | None:
@@ -88,10 +88,6 @@ class Sessions:
                     if not index[pid]:
                         del index[pid]
         return session
-
-    def attached(self, pid: str) -> bool:
-        """Is a process attached under this process id (`mccs ping`)?"""
-        return pid in self.by_name
 
     def refusal(self, session: Session, name: str) -> str | None:
         """Why `session` may not hold process `name` (4 characters), or None when it may."""
