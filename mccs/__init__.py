@@ -1,6 +1,6 @@
 """MCCS: SEND and RECV between processes on computers joined by serial lines."""
-from .client import (RECV, SEND, Client, DaemonUnreachable, MCCSError, Message, NameInUse, Refused, attach,
+from .client import (RECV, SEND, Client, DaemonUnreachable, MCCSError, Message, Refused, attach,
                      connect)
 
-__all__ = ["RECV", "SEND", "Client", "DaemonUnreachable", "MCCSError", "Message", "NameInUse", "Refused",
+__all__ = ["RECV", "SEND", "Client", "DaemonUnreachable", "MCCSError", "Message", "Refused",
            "attach", "connect"]

@@ -13,6 +13,8 @@ COMMANDS = {
     "daemon": ("mccs.cmd_daemon", "run a host's daemon in the foreground"),
     "send": ("mccs.cmd_client", "SEND a message; prints its MSG_ID"),
     "recv": ("mccs.cmd_client", "RECV a message; writes its data to stdout"),
+    "request": ("mccs.cmd_client", "send a request and wait for its reply (exit 1: none in time, 5: it failed)"),
+    "reply": ("mccs.cmd_client", "answer a request (its FROM_ID and MSG_ID, as mccs recv --json shows them)"),
     "status": ("mccs.cmd_client", "lines and their state, list lengths, counters (--watch: live, like top)"),
     "ping": ("mccs.cmd_client", "round trip to a host's daemon, and whether a process is attached there"),
     "queue": ("mccs.cmd_queue", "the messages on the lists: list, show, hold, release, purge"),
@@ -32,7 +34,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="mccs",
         description="MCCS: store-and-forward messages between computers joined by serial lines.",
         epilog="Exit codes: 0 success, 1 nothing received, 2 usage or input error, 3 daemon not reachable "
-               "or not answering, 4 not stored for now (disk full, or --timeout passed; nothing was sent). "
+               "or not answering, 4 not stored for now (disk full, or --timeout passed; nothing was sent), "
+               "5 a request's reply said it failed. "
                "'mccs COMMAND --help' tells more.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -15,7 +15,7 @@ import socket
 import stat
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from linedrivers.ids import IdError, host_of, process_id
@@ -43,10 +43,6 @@ class Refused(MCCSError):
         self.code = code
 
 
-class NameInUse(Refused):
-    """Another live connection holds this process name."""
-
-
 class NotStored(Refused):
     """Nothing was stored, for now: the daemon's disk is full (`disk_full`), or a SEND's timeout
     passed while it waited for a buffer (`timeout`). Try again later (exit code 4 in the CLI)."""
@@ -59,6 +55,10 @@ class Message:
     msg_id: int
     user_id: int
     data: bytes
+    reply: bool = False  # the reply to a request of ours (USER_ID = its MSG_ID)
+    ok: bool = True  # a reply's outcome (reply(..., ok=False) made it False)
+    copy: bool = False  # a copy for an observer of TO_ID: its handler gets the message itself
+    deadline: float | None = field(default=None, compare=False)  # monotonic: when its sender stops waiting
 
     @property
     def key(self) -> tuple[str, int]:
@@ -93,10 +93,12 @@ class _Deadline(Exception):
 class Client:
     """A process's connection to its daemon, under one process name (None: administration only)."""
 
-    def __init__(self, path: str | os.PathLike, name: str | None, *, connect_timeout: float = 5.0,
-                 reconnect_timeout: float = 60.0, grace: float = GRACE):
+    def __init__(self, path: str | os.PathLike, name: str | None, *, observe: bool = False,
+                 connect_timeout: float = 5.0, reconnect_timeout: float = 60.0, grace: float = GRACE):
         self.path = socket_path(path)
         self.name = name
+        self.observer = observe  # attached as an observer of `name`, not a handler
+        self.observing: list[str] = []  # other names observed (observe()), asked again after a reconnect
         self.reconnect_timeout = reconnect_timeout
         self.grace = grace
         self.process_id: str | None = None
@@ -119,13 +121,9 @@ class Client:
             try:
                 self._open()
                 return
-            except NameInUse as e:
-                last = e  # the daemon may not have seen our old connection close yet
             except (OSError, ConnectionError) as e:
                 last = e
             if time.monotonic() + pause > deadline:
-                if isinstance(last, NameInUse):
-                    raise last
                 raise DaemonUnreachable(f"no MCCS daemon answers on {self.path}: {last}") from None
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
@@ -141,10 +139,12 @@ class Client:
             raise
         self._sock = sock
         if self.name is not None:
-            reply = self._exchange({"op": "hello", "name": self.name, "binary": True})
+            reply = self._exchange({"op": "hello", "name": self.name, "binary": True, "observe": self.observer})
             self.process_id, self.host = reply["process"], reply["host"]
             self.max_message = reply.get("max_message", 128)
             self.binary = reply.get("v", 2) >= 3
+            for name in self.observing:
+                self._exchange({"op": "observe", "name": name})
 
     def _drop(self) -> None:
         if self._sock is not None:
@@ -263,7 +263,7 @@ class Client:
                 break
         if not reply.get("ok"):
             code = reply.get("code", "refused")
-            cls = NameInUse if code == "name_in_use" else NotStored if code == "disk_full" else Refused
+            cls = NotStored if code == "disk_full" else Refused
             raise cls(reply.get("error", "refused"), code)
         return reply
 
@@ -290,6 +290,12 @@ class Client:
         Notices are messages from the daemon's process MCCS (see README, Notices). `progress(done,
         total)` is called as a large message is handed to the daemon. `priority` 0 to 7: a waiting
         message of higher priority goes first on every line and to an unselective RECV."""
+        return self._send(to_id, data, user_id, timeout, progress, ttl=ttl, receipt=receipt or None,
+                          priority=priority or None)
+
+    def _send(self, to_id: str, data: bytes, user_id: int, timeout: float | None,
+              progress: Callable[[int, int], None] | None, **keys) -> int:
+        """SEND with the request's optional `keys` (those not None)."""
         try:
             to_id = process_id(to_id)
         except IdError as e:
@@ -298,8 +304,7 @@ class Client:
             raise Refused(f"message of {len(data)} bytes is over the maximum of {self.max_message}", "too_large")
         req = uuid.uuid4().hex
         request = {"op": "send", "req": req, "to": to_id, "user_id": user_id,
-                   **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {}),
-                   **({"priority": priority} if priority else {})}
+                   **{k: v for k, v in keys.items() if v is not None}}
 
         def make() -> dict:  # as it is after the request, if the daemon takes that (asked again after a restart)
             big = self.binary and len(data) > CHUNK // 16
@@ -315,8 +320,10 @@ class Client:
                             "timeout") from None
 
     def recv(self, from_id: str = "", user_id: int = 0, wait: bool = True,
-             timeout: float | None = None) -> Message | None:
-        """RECV: the first message for this process matching FROM_ID and USER_ID, or None."""
+             timeout: float | None = None, *, reply_to: int = 0) -> Message | None:
+        """RECV: the first message for this process matching FROM_ID and USER_ID, or None; or a
+        copy, for an observer (`copy`); with `reply_to`, only the reply to our request of that
+        MSG_ID (replies are taken no other way)."""
         if from_id.strip():
             try:
                 from_id = process_id(from_id)
@@ -326,7 +333,8 @@ class Client:
 
         def request() -> dict:
             left = None if until is None else max(0.0, until - time.monotonic())
-            return {"op": "recv", "from": from_id, "user_id": user_id, "wait": wait, "timeout": left}
+            return {"op": "recv", "from": from_id, "user_id": user_id, "wait": wait, "timeout": left,
+                    **({"reply_to": reply_to} if reply_to else {})}
         mode = "prompt" if not wait else "forever" if until is None else "patient"
         deadline = None if until is None or not wait else until + self.grace
         while True:
@@ -339,7 +347,12 @@ class Client:
             if got is None:
                 return None
             data = reply["bin"] if "bin" in reply else unb64(got["data"])
-            msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"], data)
+            ttl = got.get("ttl")
+            msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"], data, got.get("reply", False),
+                          got.get("ok", True), got.get("copy", False),
+                          None if ttl is None else time.monotonic() + ttl)
+            if msg.copy:  # at most once: nothing to confirm, never handed again
+                return msg
             handed = (*msg.key, got["rid"])
             fresh = handed not in self._seen_set
             self._seen_set.add(handed)
@@ -350,6 +363,34 @@ class Client:
             if fresh:
                 return msg
             # handed again after a daemon restart: we returned it already; confirmed, dropped
+
+    # -- services ---------------------------------------------------------------------------------
+    def observe(self, name: str) -> None:
+        """Copies of the messages that arrive for process `name` of this host from now on, at
+        most once each, returned by recv() with `copy` set (its handler gets each message itself)."""
+        self._call(lambda: {"op": "observe", "name": name})
+        self.observing.append(name)
+
+    def request(self, to_id: str, data: bytes, timeout: float, user_id: int = 0) -> Message | None:
+        """Send a request and wait up to `timeout` seconds for its reply (a Message, `ok` says how it
+        went); None when none came in time. The request may wait on the way no longer than that,
+        and a reply that comes later is dropped by the daemon, never returned by a later request."""
+        until = time.monotonic() + timeout
+        try:
+            msg_id = self._send(to_id, data, user_id, timeout, None, ttl=max(timeout, 0.1))
+        except NotStored as e:
+            if e.code != "timeout":  # the disk is full: say so
+                raise
+            return None  # the daemon's buffers stayed full all the time
+        return self.recv(timeout=max(0.0, until - time.monotonic()), reply_to=msg_id)
+
+    def reply(self, msg: Message, data: bytes, ok: bool = True) -> int | None:
+        """Answer the request `msg`: its MSG_ID, or None when its sender has stopped waiting
+        (then nothing is sent; a reply would be dropped anyway)."""
+        left = None if msg.deadline is None else msg.deadline - time.monotonic()
+        if left is not None and left < 0.1:
+            return None
+        return self._send(msg.from_id, data, msg.msg_id, None, None, ttl=left, reply=True, ok=None if ok else False)
 
     def status(self) -> dict:
         return self._call(lambda: {"op": "status"})["status"]

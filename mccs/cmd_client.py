@@ -1,4 +1,4 @@
-"""`mccs send`, `mccs recv` and `mccs status`: the primitives from the shell."""
+"""`mccs send`, `mccs recv`, `mccs request`, `mccs reply` and `mccs status`: the primitives from the shell."""
 from __future__ import annotations
 
 import argparse
@@ -7,12 +7,12 @@ import os
 import sys
 import time
 
-from .client import GRACE, Client, DaemonUnreachable, MCCSError, NotStored, Refused
+from .client import GRACE, Client, DaemonUnreachable, MCCSError, Message, NotStored, Refused
 from .config import MAX_MESSAGE, ConfigError, load
 from .envelope import PRIORITY_MAX
 from .ipc import b64
 
-EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_STORED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_STORED, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 
 
 def _common(p: argparse.ArgumentParser, name: bool = True) -> None:
@@ -71,6 +71,29 @@ def add_recv_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the raw data")
     p.add_argument("--out", metavar="PATH", help="write the message's data to this file (made whole, then "
                                                  "renamed into place) instead of stdout")
+    p.add_argument("--observe", action="store_true",
+                   help="attach as an observer of NAME: a copy of the next message that arrives for it (its "
+                        "handler gets the message itself)")
+
+
+def add_request_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("to_id", metavar="TO_ID", help="the process id that answers, e.g. BBPRNT")
+    p.add_argument("data", metavar="DATA", nargs="?", default=None, help="the request; - or absent: read stdin")
+    p.add_argument("--timeout", type=_seconds, required=True,
+                   help="wait at most S seconds for the reply (exit 1 if none came; a later one is dropped)")
+    p.add_argument("--json", action="store_true", help="print the reply as one JSON object (with ok)")
+
+
+def add_reply_arguments(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("data", metavar="DATA", nargs="?", default=None, help="the reply; - or absent: read stdin")
+    p.add_argument("--to", dest="to_id", required=True, help="the request's FROM_ID (mccs recv --json: from_id)")
+    p.add_argument("--msg-id", type=int, required=True, help="the request's MSG_ID (mccs recv --json: msg_id)")
+    p.add_argument("--ttl", type=_seconds, default=None,
+                   help="seconds its sender still waits (mccs recv --json: ttl); 0: it stopped, nothing is sent")
+    p.add_argument("--fail", action="store_true", help="the reply says the request failed (ok false; "
+                                                       "mccs request exits 5)")
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,12 +122,12 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
-def _client(args) -> Client:
+def _client(args, observe: bool = False) -> Client:
     if not args.config:
         raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
     if not args.name:
         raise _Usage("no process name: give --as NAME or set MCCS_NAME")
-    return Client(args.config, args.name, connect_timeout=1.0, reconnect_timeout=10.0)
+    return Client(args.config, args.name, observe=observe, connect_timeout=1.0, reconnect_timeout=10.0)
 
 
 class _Usage(Exception):
@@ -140,7 +163,7 @@ def run_send(args) -> int:
         with open(args.file, "rb") as f:
             data = f.read()
     else:
-        data = sys.stdin.buffer.read() if args.data in (None, "-") else os.fsencode(args.data)
+        data = _stdin_or(args.data)
     bar = Progress(f"sending {len(data):,} bytes to {args.to_id}") if args.file and sys.stderr.isatty() else None
     with _client(args) as client:
         msg_id = client.send(args.to_id, data, args.user_id, timeout=args.timeout, ttl=args.ttl,
@@ -154,7 +177,7 @@ def run_send(args) -> int:
 
 @_guard
 def run_recv(args) -> int:
-    with _client(args) as client:
+    with _client(args, args.observe) as client:
         msg = client.recv(args.from_id, args.user_id, wait=not args.nowait, timeout=args.timeout)
     if msg is None:
         return _fail(EXIT_NOTHING, "nothing received")
@@ -164,18 +187,58 @@ def run_recv(args) -> int:
             f.write(msg.data)
         os.replace(part, args.out)
     if args.json:
-        about = {"from_id": msg.from_id, "to_id": msg.to_id, "msg_id": msg.msg_id, "user_id": msg.user_id}
-        if args.out is not None:
-            print(json.dumps({**about, "out": args.out, "bytes": len(msg.data)}))
-        else:
-            try:
-                text = msg.data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = None
-            print(json.dumps({**about, "data": b64(msg.data), "text": text}))
+        _print_json(msg, **({"out": args.out, "bytes": len(msg.data)} if args.out is not None else {}))
     elif args.out is None:
-        sys.stdout.buffer.write(msg.data)
-        sys.stdout.flush()
+        _print_data(msg)
+    return EXIT_OK
+
+
+def _print_json(msg: Message, **about) -> None:
+    """One object: the message's ids, `ttl` (seconds its sender still waits, if it said), `copy` for
+    an observer's copy, `ok` for a reply; and its data (base64, and as text if it is UTF-8)."""
+    about = {"from_id": msg.from_id, "to_id": msg.to_id, "msg_id": msg.msg_id, "user_id": msg.user_id,
+             **({"ttl": round(max(0.0, msg.deadline - time.monotonic()), 3)} if msg.deadline is not None else {}),
+             **({"copy": True} if msg.copy else {}), **({"ok": msg.ok} if msg.reply else {}), **about}
+    if "out" not in about:
+        try:
+            text = msg.data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        about.update(data=b64(msg.data), text=text)
+    print(json.dumps(about))
+
+
+def _print_data(msg: Message) -> None:
+    sys.stdout.buffer.write(msg.data)
+    sys.stdout.flush()
+
+
+def _stdin_or(data: str | None) -> bytes:
+    return sys.stdin.buffer.read() if data in (None, "-") else os.fsencode(data)
+
+
+@_guard
+def run_request(args) -> int:
+    with _client(args) as client:
+        reply = client.request(args.to_id, _stdin_or(args.data), args.timeout)
+    if reply is None:
+        return _fail(EXIT_NOTHING, f"no reply within {args.timeout:g} s")
+    if args.json:
+        _print_json(reply)
+    else:
+        _print_data(reply)
+    return EXIT_OK if reply.ok else EXIT_FAILED
+
+
+@_guard
+def run_reply(args) -> int:
+    deadline = None if args.ttl is None else time.monotonic() + args.ttl
+    request = Message(args.to_id, "", args.msg_id, 0, b"", deadline=deadline)
+    with _client(args) as client:
+        msg_id = client.reply(request, _stdin_or(args.data), ok=not args.fail)
+    if msg_id is None:
+        return _fail(EXIT_NOTHING, "not sent: the request's sender has stopped waiting")
+    print(msg_id, flush=True)
     return EXIT_OK
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import grp
 import os
 import pwd
+import shlex
 import stat
 import tomllib
 from dataclasses import dataclass, field
@@ -101,11 +102,16 @@ def _read_secret(path: str) -> bytes:
 
 @dataclass
 class ProcessConfig:
-    """A `[[process]]`: a process name, who may attach under it, and how much may wait for it."""
+    """A `[[process]]`: a process name, who may attach under it, how much may wait for it, and
+    what becomes of a message for it while no process is attached: it waits (`queue`), it is
+    dropped (`discard`), or `start` runs a program that attaches and takes it."""
     name: str
     uid: int | str | None = None  # a user id or name
     gid: int | str | None = None  # a group id or name: its members may attach too
     max_waiting: int = 0  # messages on RECV_LIST for it at most; more wait on the sending side (0: no cap)
+    start: str = ""  # a command line, run when a message waits and no process of the name is attached
+    disposition: str = "queue"  # or "discard": a message that arrives while none is attached is returned
+    backoff_max: float = 60.0  # longest wait before starting again a program that took no message
 
     def check(self) -> None:
         try:
@@ -113,6 +119,18 @@ class ProcessConfig:
         except IdError as e:
             raise ConfigError(f"[[process]] name: {e}") from None
         _range(f"[[process]] {self.name!r} max_waiting", self.max_waiting, 0, 10_000_000)
+        _choice("disposition", self.disposition, ("queue", "discard"))
+        _range("backoff_max", self.backoff_max, 0.001, 1e6)
+        if self.start and self.disposition == "discard":
+            raise ConfigError(f"[[process]] {self.name!r}: start and disposition = \"discard\" exclude each "
+                              "other (a started program takes the message; discard drops it)")
+        if self.start:
+            try:
+                if not shlex.split(self.start):
+                    raise ValueError("empty")
+            except ValueError as e:
+                raise ConfigError(f"[[process]] {self.name!r}: start = {self.start!r} is not a command line: {e}") \
+                    from None
         if isinstance(self.uid, str):
             try:
                 self.uid = pwd.getpwnam(self.uid).pw_uid

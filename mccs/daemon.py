@@ -15,8 +15,10 @@ daemon takes new messages again by itself once there is room.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import shlex
 import signal
 import sqlite3
 import time
@@ -28,6 +30,7 @@ from linedrivers.port import SerialPort
 from . import requests, server, service
 from .config import HostConfig, LineConfig
 from .dispatcher import stored_text
+from .effects import StartProgram
 from .kernel import Kernel
 from .ipc import b64
 from .requests import Cancel, Hello, RequestError, Send, Status
@@ -62,6 +65,7 @@ class Daemon:
         self._probe: asyncio.TimerHandle | None = None
         self._space_checked = 0.0
         self._recoveries: list[float] = []
+        self.programs: set[asyncio.subprocess.Process] = set()  # started for a process name, still running
 
     # -- Initialization -----------------------------------------------------------------------
     def initialize(self) -> None:
@@ -112,6 +116,9 @@ class Daemon:
             await asyncio.sleep(0.2)  # the sign-offs leave
         for port in self.ports.values():
             port.close()
+        for proc in self.programs:  # what the daemon started stops with it
+            with contextlib.suppress(ProcessLookupError):  # it has just ended
+                proc.terminate()
 
     def _open_port(self, lc: LineConfig) -> SerialPort:
         call = self.loop.call_soon_threadsafe
@@ -211,6 +218,8 @@ class Daemon:
             if conn is not None:
                 self._answer(conn, reply.body)
         self._write_lines(fx.writes)
+        for start in fx.starts:
+            self.loop.create_task(self._run_program(start))
         if fx.changes and now - self._space_checked >= SPACE_CHECK:
             self._check_space(now)
         if fx.deadline is not None:
@@ -229,6 +238,24 @@ class Daemon:
     def _pieces(self, stored: Stored, size: int = 1 << 20):
         for offset in range(0, stored.size, size):
             yield self.cp.read_blob(stored, offset, size)
+
+    async def _run_program(self, start: StartProgram) -> None:
+        """A `[[process]] start` program, with MCCS_CONFIG and MCCS_NAME set; the core hears when it ends."""
+        name = start.pid[2:].rstrip()
+        env = {**os.environ, "MCCS_CONFIG": os.path.abspath(self.cfg.path), "MCCS_NAME": name}
+        try:
+            proc = await asyncio.create_subprocess_exec(*shlex.split(start.command), env=env,
+                                                        stdin=asyncio.subprocess.DEVNULL)
+        except OSError as e:
+            log.error("%s: the program of %s did not start: %s: %s", self.host, name, start.command, e)
+            code = 127
+        else:
+            log.info("%s: started the program of %s, pid %d", self.host, name, proc.pid)
+            self.programs.add(proc)
+            code = await proc.wait()
+            self.programs.discard(proc)
+        self.kernel.program_exited(start.pid, code, time.monotonic())
+        self.wake()
 
     def _write_lines(self, writes) -> None:
         for w in writes:

@@ -2,8 +2,9 @@
 
 A SEND builds a MSGBLOK on SEND_LIST (or straight on RECV_LIST for a process on this host), or
 stays on WAIT_LIST while that list is full or every free MSG_ID is in use. A RECV takes the
-first eligible MSGBLOK of its process's mailbox, answers "nothing" (no-wait, or its timeout
-passed), or stays. Only the processes whose mailbox or RECVs changed are looked at, so a pass
+first eligible MSGBLOK of its process name's mailbox (the handlers of a name ask in turn), or
+of the copies its connection observes, or only the reply to its request; it answers "nothing"
+(no-wait, or its timeout passed: a request's reply that comes later is late), or stays. Only the processes whose mailbox or RECVs changed are looked at, so a pass
 costs the same however many RECVs wait. Changes, trace events and replies go into the pass's
 Effects; the shell commits the changes before it sends the replies.
 """
@@ -18,19 +19,26 @@ from checkpoint.changes import INLINE_MAX, Stored, Table
 from linedrivers.ids import host_of
 
 from .effects import Effects
+from .envelope import FAILED, REPLY
 from .ipc import b64
-from .lists import MSGBLOK, PRQBLOK, Lists, Sequence
+from .lists import MSGBLOK, PRQBLOK, Lists, RecvList, Sequence
 from .msgids import MsgIds
 from .notices import fields
 from .segments import Blobs, crc_of
-from .sessions import Sessions
+from .sessions import Session, Sessions
 
 
-def message_body(blk: MSGBLOK) -> dict:
+def message_body(blk: MSGBLOK, wall: float) -> dict:
     """A message for a RECV reply; a Stored text is read by the shell as it writes the reply
-    (`stored`), sent after the reply's JSON as it is (`bin`), or in `data` for an older client."""
+    (`stored`), sent after the reply's JSON as it is (`bin`), or in `data` for an older client.
+    `ttl`: the seconds its sender still waits (a request's reply is sent with no more); a reply
+    says so, and whether it failed (`ok`)."""
     body = {"rid": blk.seq, "from_id": blk.from_id, "to_id": blk.to_id, "msg_id": blk.msg_id,
             "user_id": blk.user_id}
+    if blk.expires:
+        body["ttl"] = round(max(0.0, blk.expires - wall), 3)
+    if blk.flags & REPLY:
+        body.update(reply=True, ok=not blk.flags & FAILED)
     if isinstance(blk.data, Stored):
         body["stored"] = blk.data
     else:
@@ -61,16 +69,21 @@ class ProcessDispatcher:
         self.over_quota = over_quota
         self.lists, self.ids, self.seqs, self.sessions, self.counters = lists, ids, seqs, sessions, counters
 
-    def run(self, fx: Effects, now: float, wall: float) -> None:
+    def sends(self, fx: Effects, wall: float) -> None:
         wait = self.lists.wait
         self._sends(wait.remote_sends, False, fx, wall)
         self._sends(wait.local_sends, True, fx, wall)
         self._keep_waiting_sends(fx)
+
+    def recvs(self, fx: Effects, now: float, wall: float) -> None:
+        wait = self.lists.wait
         while wait.dirty:
-            self._recvs(wait.dirty.pop(), fx)
+            self._recvs(wait.dirty.pop(), fx, wall)
         for prq in wait.expired(now):
             answer(fx, prq, {"ok": True, "msg": None})
             wait.prune(prq.to_id)
+            if prq.reply_to:
+                self.lists.recv.give_up(prq.to_id, prq.reply_to)
 
     # -- SEND -------------------------------------------------------------------------------
     def _sends(self, queue: deque[PRQBLOK], local: bool, fx: Effects, wall: float) -> None:
@@ -95,7 +108,8 @@ class ProcessDispatcher:
         msg_id, id_changes = self.ids.allocate(host_of(prq.to_id), seq)
         table = Table.RECV_LIST if local else Table.SEND_LIST
         blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall,
-                      expires=0.0 if local else wall + (prq.ttl or self.ttl), flags=prq.flags, priority=prq.priority)
+                      expires=wall + prq.ttl if prq.ttl else 0.0 if local else wall + self.ttl, flags=prq.flags,
+                      priority=prq.priority)
         if len(prq.data) > INLINE_MAX:  # a large message: in the checkpoint only, from this pass's commit on
             blk.crc = crc_of(prq.data)
             blk.data = Stored(seq, len(prq.data), blk.crc)
@@ -129,17 +143,36 @@ class ProcessDispatcher:
         wait.fresh_sends.clear()
 
     # -- RECV -------------------------------------------------------------------------------
-    def _recvs(self, name: str, fx: Effects) -> None:
-        """The waiting RECVs of one process, in arrival order, against its mailbox."""
+    def _recvs(self, key: str, fx: Effects, wall: float) -> None:
+        """The waiting RECVs of one process name (its handlers', in arrival order: the first to ask
+        gets the first message), or of one observer, against the mailbox and the copies."""
         wait, recv = self.lists.wait, self.lists.recv
-        for prq in wait.recvs.get(name, ()):
+        for prq in wait.recvs.get(key, ()):
             if prq.done:
                 continue
-            blk = recv.match(name, prq.from_id, prq.user_id)
-            if blk is not None:
+            session = self.sessions.by_conn[prq.conn]
+            blk = recv.match(session.name, prq.from_id, prq.user_id, prq.reply_to) \
+                if session.handler or prq.reply_to else None
+            copy = self._copy(session, prq, recv)
+            if copy is not None and (blk is None or copy.seq < blk.seq):
+                session.copies.remove(copy)
+                body = {k: v for k, v in message_body(copy, wall).items() if k != "rid"}  # nothing to confirm
+                answer(fx, prq, {"ok": True, "msg": {**body, "copy": True}})
+            elif blk is not None:
                 recv.hand(blk, prq.conn)
-                self.sessions.by_conn[prq.conn].handed[blk.seq] = blk
-                answer(fx, prq, {"ok": True, "msg": message_body(blk)})
+                session.handed[blk.seq] = blk
+                answer(fx, prq, {"ok": True, "msg": message_body(blk, wall)})
             elif not prq.wait:
                 answer(fx, prq, {"ok": True, "msg": None})
-        wait.prune(name)
+        wait.prune(key)
+
+    def _copy(self, session: Session, prq: PRQBLOK, recv: RecvList) -> MSGBLOK | None:
+        """The first copy for this RECV; a large text's copy only while its message is here (its
+        text is read from the checkpoint)."""
+        while session.copies and not prq.reply_to:
+            copy = session.copy(prq.from_id, prq.user_id)
+            if copy is None or not isinstance(copy.data, Stored) or copy in recv:
+                return copy
+            session.copies.remove(copy)
+            self.counters["copies_missed"] += 1
+        return None

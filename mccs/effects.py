@@ -3,7 +3,8 @@
 The order of the fields of `Effects` is the durability rule of DESIGN.md sections 4.3 and 5:
 first the checkpoint changes (one transaction, committed), then the trace events (written,
 before anything that depends on them), then the replies to processes, then the bytes for the
-lines (acknowledgements among them). If the commit fails, nothing after it is done.
+lines (acknowledgements among them), then the programs to start for messages that wait. If the
+commit fails, nothing after it is done.
 """
 from __future__ import annotations
 
@@ -34,12 +35,20 @@ class LineWrite:
     data: bytes
 
 
+@dataclass(frozen=True)
+class StartProgram:
+    """Run a `[[process]] start` program for process `pid` (the shell says when it exits)."""
+    pid: str
+    command: str
+
+
 @dataclass
 class Effects:
     changes: list[Change] = field(default_factory=list)
     traces: list[TraceEvent] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)
     writes: list[LineWrite] = field(default_factory=list)
+    starts: list[StartProgram] = field(default_factory=list)  # after the replies: the message waits, committed
     deadline: float | None = None  # run the next pass by this monotonic time
 
     def change(self, *changes: Change) -> None:
@@ -55,6 +64,9 @@ class Effects:
     def write(self, peer: str, data: bytes) -> None:
         if data:
             self.writes.append(LineWrite(peer, data))
+
+    def start(self, pid: str, command: str) -> None:
+        self.starts.append(StartProgram(pid, command))
 
     def wake_at(self, when: float | None) -> None:
         if when is not None and (self.deadline is None or when < self.deadline):

@@ -36,6 +36,26 @@ CARRIED = RECEIPT | NOTICE | VOID  # the flags a stored message keeps from hop t
 HELD = 0x20  # this host only, never carried: the operator holds it on SEND_LIST (`mccs queue hold`)
 PRIORITY_SHIFT = 5  # on the wire, FLAGS >> 5 is the priority (HELD, stored only, is never on the wire)
 PRIORITY_MAX = 7
+REPLY = 0x40  # stored: the answer to a request (USER_ID = the request's MSG_ID); only that request takes it
+FAILED = 0x80  # stored: a reply with ok=False
+
+
+def to_wire(flags: int) -> int:
+    """The FLAGS a stored message goes with. A reply goes as what it is, a notice (USER_ID: the
+    MSG_ID it is about) from a process rather than a daemon; with RECEIPT, which no notice asks
+    for, when it failed. A host that does not know replies delivers it as a plain message."""
+    if not flags & REPLY:
+        return flags & CARRIED
+    return flags & VOID | NOTICE | (RECEIPT if flags & FAILED else 0)
+
+
+def from_wire(flags: int, from_daemon: bool) -> int:
+    """The stored flags of a message that arrived with FLAGS (`from_daemon`: its FROM_ID is a
+    host's process MCCS, whose notices are notices)."""
+    flags &= CARRIED
+    if not flags & NOTICE or from_daemon:
+        return flags
+    return flags & VOID | REPLY | (FAILED if flags & RECEIPT else 0)
 
 
 @dataclass(frozen=True)

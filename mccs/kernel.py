@@ -26,7 +26,7 @@ from .effects import Effects
 from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, Lists, Op, Sequence
 from .machine import LineMachine, make_machine
-from .envelope import RECEIPT, VOID
+from .envelope import FAILED, RECEIPT, REPLY, VOID
 from .epochs import PeerEpochs
 from .msgids import KeyWindow, MsgIds
 from .notices import NAME as NOTICE_NAME
@@ -36,7 +36,8 @@ from .receiver import MessageReceiver
 from .routing import RoutingTable
 from .segments import Blobs, Partial, Reassembly
 from .queue import Queue
-from .requests import NAMED, Cancel, Confirm, Hello, Ping, QueueRequest, Recv, Request, RequestError, Send
+from .requests import NAMED, Cancel, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request, RequestError, Send
+from .delivery import Delivery
 from .sessions import Creds, Session, Sessions
 
 log = logging.getLogger("mccs.kernel")
@@ -72,6 +73,9 @@ class Kernel:
                                            if p.max_waiting}, self.lists, self.sessions, self.notices, self.counters)
         self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, cfg.ttl, self.lists, self.ids, self.seqs,
                                             self.sessions, self.counters, self.blobs, self.control.over_quota)
+        self.delivery = Delivery(self.host, cfg.processes, cfg.buffers, self.lists, self.sessions, self.notices,
+                                 self.counters)
+        self.lists.arrived.clear()  # restored, not arrived: observers got their copies before
         receiver = MessageReceiver(self.host, cfg.max_message, cfg.hop_limit, self.lists, self.ids, self.dups,
                                    self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.blobs,
                                    self.control, self.counters)
@@ -79,7 +83,7 @@ class Kernel:
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, epoch=self.epoch)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
                            PeerEpochs(state.peer_epochs), self.control.holds, self.counters)
-        self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.ids, self.notices)
+        self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.notices)
         self._now = 0.0
         self._fx = Effects()
         self._sends = 0
@@ -111,12 +115,14 @@ class Kernel:
         self.sessions.open(conn, creds)
 
     def disconnected(self, conn: int) -> None:
-        """A process went away: its name is free, its waiting RECVs die, what it held unconfirmed
-        is ready again in its place on RECV_LIST. Its SENDs stay: the library retries them."""
+        """A process went away: its waiting RECVs die, what it held unconfirmed is ready again in
+        its place on RECV_LIST for the next RECV of its name (another handler's, or its own after
+        a reconnect). Its SENDs stay: the library retries them."""
         session = self.sessions.close(conn)
         if session is None:
             return
-        self.lists.wait.drop_recvs(conn, session.name)
+        for key in {session.recv_key, session.name}:
+            self.lists.wait.drop_recvs(conn, key)
         self.control.forget(conn)
         for blk in session.handed.values():
             self.lists.recv.give_back(blk)
@@ -140,6 +146,8 @@ class Kernel:
                 raise RequestError("no_name", "say hello with a process name first")
             if isinstance(req, Hello):
                 self._hello(session, rid, req)
+            elif isinstance(req, Observe):
+                self._observe(session, rid, req)
             elif isinstance(req, Send):
                 self._send(session, rid, req, prior)
             elif isinstance(req, Recv):
@@ -167,6 +175,10 @@ class Kernel:
         """Bytes from a line; True when they made something for a pass to do (see Lines.data)."""
         return self.lines.data(peer, data, now)
 
+    def program_exited(self, pid: str, code: int, now: float) -> None:
+        """A program the shell started for process `pid` (Effects.starts) has ended."""
+        self.delivery.exited(pid, code, now)
+
     def port_state(self, peer: str, is_open: bool, why: str, now: float) -> None:
         self.lines.port_state(peer, is_open, why, now, self._fx)
 
@@ -180,22 +192,29 @@ class Kernel:
     # -- process requests -----------------------------------------------------------------------
     def _hello(self, session: Session, rid: object, req: Hello) -> None:
         pid = self.host + req.name
-        if req.name.rstrip() == NOTICE_NAME:
-            raise RequestError("not_permitted", f"process name {NOTICE_NAME!r} is the daemon's own: its notices "
-                                                "come from it")
-        if session.name and session.name != pid:  # its waiting RECVs and handed messages belong to that name
+        self._permit(session, req.name)
+        if session.name and (session.name, session.handler) != (pid, not req.observe):  # its RECVs are that name's
             raise RequestError("bad_request", f"this connection is process {session.name.rstrip()!r}; "
                                               "connect again for another name")
-        why = self.sessions.refusal(session, req.name)
-        if why:
-            raise RequestError("not_permitted", why)
-        holder = self.sessions.by_name.get(pid)
-        if holder is not None and holder is not session:
-            raise RequestError("name_in_use", f"process {pid.rstrip()!r} is held by another live connection")
-        session.name = pid
-        self.sessions.by_name[pid] = session
+        self.sessions.attach(session, pid, handler=not req.observe)
         self._fx.reply(session.conn, {"id": rid, "ok": True, "process": pid, "host": self.host,
                                       "max_message": self.cfg.max_message, "v": 3})
+
+    def _observe(self, session: Session, rid: object, req: Observe) -> None:
+        """Copies of the messages that arrive for a name from now on, as the name's owner may."""
+        self._permit(session, req.name)
+        self.sessions.observe(session, self.host + req.name)
+        self._fx.reply(session.conn, {"id": rid, "ok": True, "observing": self.host + req.name})
+
+    def _permit(self, session: Session, name: str) -> None:
+        """May this connection hold or observe process `name`: not the daemon's own, and as its
+        [[process]] says."""
+        if name.rstrip() == NOTICE_NAME:
+            raise RequestError("not_permitted", f"process name {NOTICE_NAME!r} is the daemon's own: its notices "
+                                                "come from it")
+        why = self.sessions.refusal(session, name)
+        if why:
+            raise RequestError("not_permitted", why)
 
     def _send(self, session: Session, rid: object, req: Send, prior: tuple[int, str] | None) -> None:
         if len(req.data) > self.cfg.max_message:
@@ -217,7 +236,8 @@ class Kernel:
                                             "try again later")
         prq = PRQBLOK(Op.SEND, session.conn, rid, session.name, req.to_id, req.user_id, req.data,
                       req=req.req or f"{session.conn}.{rid}.{self.seqs.next}", ttl=req.ttl or 0.0,
-                      flags=RECEIPT if req.receipt else 0, priority=req.priority)
+                      flags=(RECEIPT if req.receipt else 0) | (REPLY if req.reply else 0) | (0 if req.ok else FAILED),
+                      priority=req.priority)
         self.lists.wait.add_send(prq, host_of(req.to_id) == self.host)
 
     def _recv(self, session: Session, rid: object, req: Recv, now: float) -> None:
@@ -225,8 +245,9 @@ class Kernel:
             self._fx.reply(session.conn, {"id": rid, "ok": True, "msg": None})
             return
         deadline = now + req.timeout if req.timeout is not None else None
-        self.lists.wait.add_recv(PRQBLOK(Op.RECV, session.conn, rid, req.from_id, session.name, req.user_id,
-                                         wait=req.wait, deadline=deadline))
+        key = session.name if req.reply_to else session.recv_key  # a reply is in its name's mailbox
+        self.lists.wait.add_recv(PRQBLOK(Op.RECV, session.conn, rid, req.from_id, key, req.user_id,
+                                         wait=req.wait, deadline=deadline, reply_to=req.reply_to))
 
     def _confirm(self, session: Session, rid: object, req: Confirm) -> None:
         """A process has its message: off RECV_LIST for good (the reply waits for the commit)."""
@@ -239,6 +260,7 @@ class Kernel:
         fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
         fx.trace("msg", "delivered", **fields(blk))
         self.counters["delivered"] += 1
+        self.delivery.taken(blk.to_id)
         if blk.flags & RECEIPT:
             self._taken.append(blk)  # its delivered notice is made in the pass (it needs the wall clock)
         fx.reply(session.conn, {"id": rid, "ok": True})
@@ -278,9 +300,12 @@ class Kernel:
         for conn, rid, ping in self._pings:
             self.control.ping(fx, conn, rid, ping.host, ping.name, ping.timeout, now, wall)
         self._pings.clear()
-        self.dispatcher.run(fx, now, wall)
+        self.dispatcher.sends(fx, wall)
+        self.delivery.arrivals(fx, wall)
+        self.dispatcher.recvs(fx, now, wall)
         self.control.renew(fx, wall)
         self.notices.expire(fx, wall)
+        self.delivery.late_replies(fx, wall)
         for p in self.reassembly.stale(wall - self.cfg.ttl):  # its sender gave up on it long ago
             log.warning("%s: dropped the partly received %s/%d (%d of %d bytes): nothing came for it for %.0f s",
                         self.host, p.origin, p.msg_id, p.got, p.total, self.cfg.ttl)
@@ -293,8 +318,9 @@ class Kernel:
             fx.change(ch.set_meta("next_seq", self.seqs.next))
         self.lines.send(fx, self.disk_full or len(self.lists.recv) >= self.cfg.buffers, wall)
         fx.wake_at(self.lists.wait.next_deadline())
-        expiry = self.lists.send.next_expiry()
-        fx.wake_at(None if expiry is None else now + max(0.0, expiry - wall))
+        for expiry in (self.lists.send.next_expiry(), self.lists.recv.next_expiry()):
+            fx.wake_at(None if expiry is None else now + max(0.0, expiry - wall))
+        self.delivery.start_programs(fx, now)
         fx.wake_at(self.lines.deadline())
         fx.wake_at(self.control.expire(fx, now))
         lease = self.control.next_lease_end(wall)
@@ -324,5 +350,7 @@ class Kernel:
                 "waiting_for": self.lists.send.waiting(), "oldest_waiting": self.lists.send.oldest(),
                 "held_for_order": self.pairs.into.status(),
                 "quota": self.control.status(),
-                "receiving": self.reassembly.status(),
+                "receiving": self.reassembly.status(), "programs": self.delivery.status(),
+                "attached": {pid.rstrip(): len(held) for pid, held in self.sessions.handlers.items()},
+                "observed": {pid.rstrip(): len(held) for pid, held in self.sessions.observers.items()},
                 "counters": {**self.counters, "connections": len(self.sessions)}}

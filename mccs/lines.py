@@ -450,7 +450,7 @@ class Lines:
                 blk.pseq, changes = self.pairs.out.number(blk.dest, blk.priority)
                 blk.epoch = self.pairs.epoch
                 fx.change(*changes, ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
-            flags = blk.flags & envelope.CARRIED | (envelope.SEGMENT if end is not None else 0)
+            flags = envelope.to_wire(blk.flags) | (envelope.SEGMENT if end is not None else 0)
             img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text,
                                 Envelope(blk.hops, flags, blk.epoch or "00000000", blk.pseq,
                                          envelope.ttl_left(blk.expires, wall), blk.priority))

@@ -20,7 +20,10 @@ from typing import Iterable, Iterator
 from checkpoint.changes import PendingSend, Row, Stored
 from linedrivers.ids import host_of
 
-from .envelope import HELD
+from .envelope import HELD, REPLY
+
+
+GIVEN_UP_KEEP = 4096  # requests that timed out, remembered so their replies are dropped on arrival
 
 
 class BlockState(StrEnum):
@@ -121,6 +124,7 @@ class PRQBLOK:
     seq: int = 0  # SEND: its place on WAIT_LIST, kept in the checkpoint once durable
     wait: bool = True  # RECV: STATUS 0, wait for a message
     deadline: float | None = None  # RECV: give up (answer "nothing") at this monotonic time
+    reply_to: int = 0  # RECV: take only the reply to this request (its MSG_ID)
     durable: bool = False  # SEND: stored in the checkpoint's wait_list
     retries: list[tuple[int, object]] = field(default_factory=list)  # SEND: (conn, rid) asking again meanwhile
     done: bool = False  # answered: skipped where it still sits in a queue or the heap
@@ -222,25 +226,31 @@ class SendList:
 
 class Mailbox:
     """One process's part of RECV_LIST: the blocks it may still be handed, in order, indexed by
-    FROM_ID, USER_ID and priority so a RECV does not walk the others; handed blocks apart."""
+    FROM_ID, USER_ID and priority so a RECV does not walk the others; handed blocks apart, and
+    replies apart too: only the request they answer takes them, by the request's MSG_ID."""
 
     def __init__(self):
         self.ready: OrderedDict[int, MSGBLOK] = OrderedDict()
         self.by_from: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self.by_user: dict[int, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self.by_priority: dict[int, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
+        self.replies: OrderedDict[int, MSGBLOK] = OrderedDict()  # REPLY blocks, by seq
         self.handed: dict[int, MSGBLOK] = {}
 
     def __len__(self) -> int:
-        return len(self.ready) + len(self.handed)
+        return len(self.ready) + len(self.handed) + len(self.replies)
 
     def put(self, blk: MSGBLOK) -> None:
+        if blk.flags & REPLY:
+            self.replies[blk.seq] = blk
+            return
         for index in (self.ready, self.by_from[blk.from_id], self.by_user[blk.user_id],
                       self.by_priority[blk.priority]):
             index[blk.seq] = blk
 
     def take(self, blk: MSGBLOK) -> None:
         """Off the ready indexes (handed to a process, or gone)."""
+        self.replies.pop(blk.seq, None)
         self.ready.pop(blk.seq, None)
         for index, key in ((self.by_from, blk.from_id), (self.by_user, blk.user_id),
                            (self.by_priority, blk.priority)):
@@ -252,17 +262,21 @@ class Mailbox:
 
     def restore_order(self) -> None:
         """Blocks given back (their process went away), or restored, go to their places again."""
-        blocks = arrival_order(self.ready.values())
+        blocks = arrival_order([*self.ready.values(), *self.replies.values()])
         self.ready.clear()
+        self.replies.clear()
         self.by_from.clear()
         self.by_user.clear()
         self.by_priority.clear()
         for blk in blocks:
             self.put(blk)
 
-    def match(self, from_id: str, user_id: int) -> MSGBLOK | None:
+    def match(self, from_id: str, user_id: int, reply_to: int = 0) -> MSGBLOK | None:
         """The paper's RECV rule: the first ready MSGBLOK, by FROM_ID and USER_ID if given; with
-        neither, the first of the highest priority."""
+        neither, the first of the highest priority; or the reply to this process's request
+        `reply_to` (a MSG_ID)."""
+        if reply_to:
+            return next((blk for blk in self.replies.values() if blk.user_id == reply_to), None)
         if from_id.strip() and user_id:
             a, b = self.by_from.get(from_id, {}), self.by_user.get(user_id, {})
             small, other = (a, b) if len(a) <= len(b) else (b, a)
@@ -285,18 +299,53 @@ def arrival_order(blocks: Iterable[MSGBLOK]) -> list[MSGBLOK]:
 
 
 class RecvList:
-    """RECV_LIST, a Mailbox per receiving process (TO_ID)."""
+    """RECV_LIST, a Mailbox per receiving process (TO_ID). An arrived message waits for its
+    process however long it takes, but a reply only as long as its request waits: replies are
+    also in a heap by their time (the ttl the request gave them)."""
 
     def __init__(self):
         self.boxes: dict[str, Mailbox] = defaultdict(Mailbox)
         self._count = 0
+        self._expiring: list[tuple[float, int, MSGBLOK]] = []  # replies; ones gone already are skipped
+        self._given_up: OrderedDict[tuple[str, int], None] = OrderedDict()  # (process, request MSG_ID), lately
 
     def __len__(self) -> int:
         return self._count
 
+    def __contains__(self, blk: MSGBLOK) -> bool:
+        box = self.boxes.get(blk.to_id)
+        return box is not None and any(blk.seq in d for d in (box.ready, box.replies, box.handed))
+
     def add(self, blk: MSGBLOK) -> None:
         self.boxes[blk.to_id].put(blk)
         self._count += 1
+        if blk.flags & REPLY and blk.expires:
+            heapq.heappush(self._expiring, (blk.expires, blk.seq, blk))
+
+    def late_replies(self, wall: float) -> list[MSGBLOK]:
+        """Replies still waiting whose time has passed: their request has given up on them. One
+        handed to its process is looked at again a second later (it may be given back)."""
+        out, handed = [], []
+        while self._expiring and self._expiring[0][0] <= wall:
+            blk = heapq.heappop(self._expiring)[2]
+            if blk in self:
+                (out if blk.state is BlockState.QUEUED else handed).append(blk)
+        for blk in handed:
+            heapq.heappush(self._expiring, (wall + 1.0, blk.seq, blk))
+        return out
+
+    def next_expiry(self) -> float | None:
+        return self._expiring[0][0] if self._expiring else None
+
+    def give_up(self, to_id: str, reply_to: int) -> None:
+        """A request's wait for its reply timed out: a reply that comes now is late."""
+        self._given_up[(to_id, reply_to)] = None
+        if len(self._given_up) > GIVEN_UP_KEEP:
+            self._given_up.popitem(last=False)
+
+    def late(self, blk: MSGBLOK) -> bool:
+        """A reply whose request gave up (while this daemon ran; else its ttl says)."""
+        return bool(blk.flags & REPLY) and (blk.to_id, blk.user_id) in self._given_up
 
     def hand(self, blk: MSGBLOK, conn: int) -> None:
         box = self.boxes[blk.to_id]
@@ -321,12 +370,13 @@ class RecvList:
         if not len(box):
             del self.boxes[blk.to_id]
 
-    def match(self, to_id: str, from_id: str, user_id: int) -> MSGBLOK | None:
+    def match(self, to_id: str, from_id: str, user_id: int, reply_to: int = 0) -> MSGBLOK | None:
         box = self.boxes.get(to_id)
-        return box.match(from_id, user_id) if box is not None else None
+        return box.match(from_id, user_id, reply_to) if box is not None else None
 
     def __iter__(self) -> Iterator[MSGBLOK]:
-        blocks = (b for box in self.boxes.values() for b in itertools.chain(box.ready.values(), box.handed.values()))
+        blocks = (b for box in self.boxes.values()
+                  for b in itertools.chain(box.ready.values(), box.replies.values(), box.handed.values()))
         return iter(sorted(blocks, key=lambda b: b.seq))
 
 
@@ -412,8 +462,10 @@ class Lists:
     send: SendList = field(default_factory=SendList)
     recv: RecvList = field(default_factory=RecvList)
     wait: WaitList = field(default_factory=WaitList)
+    arrived: list[MSGBLOK] = field(default_factory=list)  # since the last pass: for observers, dispositions
 
     def arrive(self, blk: MSGBLOK) -> None:
         """A message for a process of this host: on RECV_LIST, and its waiting RECVs looked at."""
         self.recv.add(blk)
         self.wait.dirty.add(blk.to_id)
+        self.arrived.append(blk)

@@ -23,7 +23,7 @@ from checkpoint.changes import Table
 from linedrivers.ids import host_of
 
 from .effects import Effects
-from .envelope import NOTICE, VOID
+from .envelope import NOTICE, REPLY, VOID
 from .lists import MSGBLOK, Lists, Sequence
 from .msgids import MsgIds
 
@@ -59,12 +59,21 @@ class Notices:
             fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
 
     def undeliverable(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> None:
-        """A message that will not be delivered: traced, and its sender told (a notice or a void
-        gets no notice of its own). `why` is short, for the trace: ttl, hop_limit, purged."""
-        self.counters["purged" if why == "purged" else "expired"] += 1
+        """A message that will not be delivered: traced, and its sender told (a notice, a void or
+        a reply gets no notice of its own). `why` is short, for the trace: ttl, hop_limit, purged,
+        discarded, late reply."""
+        self.counters[why if why in ("purged", "discarded") else "expired"] += 1
         fx.trace("msg", "expired", reason=why, hops=blk.hops, **fields(blk))
-        if not blk.flags & (NOTICE | VOID):
+        if not blk.flags & (NOTICE | VOID | REPLY):
             self._notice(fx, blk, "undeliverable", reason, wall)
+
+    def untaken(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> None:
+        """A block leaves RECV_LIST without a RECV, its sender told (as undeliverable)."""
+        self.lists.recv.remove(blk)
+        if blk.origin == self.host:
+            self.ids.release(blk.msg_id)
+        fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
+        self.undeliverable(fx, blk, reason, why, wall)
 
     def returned(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> bool:
         """A message that will not be delivered, turned into a VOID if its place in the order

@@ -26,7 +26,6 @@ from .effects import Effects
 from .envelope import HELD, NOTICE, RECEIPT, VOID
 from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, BlockState, Lists
-from .msgids import MsgIds
 from .notices import Notices
 from .pairs import PairsIn
 from .requests import QueueRequest, Ref, RequestError
@@ -102,9 +101,8 @@ def from_checkpoint(lists: store.Lists, wall: float) -> list[tuple[dict, Item]]:
 class Queue:
     """The operator's requests, queued by the kernel and carried out in its pass."""
 
-    def __init__(self, host: str, lists: Lists, lines: Lines, pairs_in: PairsIn, ids: MsgIds, notices: Notices):
-        self.host, self.lists, self.lines, self.pairs_in, self.ids, self.notices = (host, lists, lines, pairs_in,
-                                                                                     ids, notices)
+    def __init__(self, host: str, lists: Lists, lines: Lines, pairs_in: PairsIn, notices: Notices):
+        self.host, self.lists, self.lines, self.pairs_in, self.notices = host, lists, lines, pairs_in, notices
         self.ops: list[tuple[int, object, QueueRequest]] = []  # (connection, request id, request)
         self.purging: list[MSGBLOK] = []  # purged while a line held a piece of them: held until it is back
 
@@ -230,11 +228,7 @@ class Queue:
                 return "pending"
             self._drop(fx, item, wall)
         else:
-            self.lists.recv.remove(item)
-            if item.origin == self.host:
-                self.ids.release(item.msg_id)
-            fx.change(ch.delete_block(Table.RECV_LIST, item.seq))
-            self.notices.undeliverable(fx, item, reason, "purged", wall)
+            self.notices.untaken(fx, item, reason, "purged", wall)
         log.info("%s: purged %s", self.host, e["id"])
         return "purged"
 

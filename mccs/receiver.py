@@ -21,10 +21,11 @@ from linedrivers.image import Image
 
 from . import envelope, routing, segments
 from .effects import Effects
-from .envelope import CARRIED, SEGMENT, VOID, Envelope
+from .envelope import SEGMENT, VOID, Envelope, from_wire
 from .lists import MSGBLOK, Lists, Sequence
 from .msgids import KeyWindow, MsgIds
 from .control import Control
+from .notices import NAME as DAEMON_NAME
 from .notices import Notices, fields
 from .pairs import Pairs, Verdict
 
@@ -193,9 +194,10 @@ class MessageReceiver:
         src.counters["received"] += 1
         self.counters["received"] += 1
         stored = m.data if isinstance(m.data, Stored) else None
+        flags = from_wire(env.flags, m.from_id[2:].rstrip() == DAEMON_NAME)
         blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
                       env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
-                      wall + env.ttl / 10 if env.ttl else 0.0, env.flags & CARRIED, crc=stored.crc if stored else 0,
+                      wall + env.ttl / 10 if env.ttl else 0.0, flags, crc=stored.crc if stored else 0,
                       priority=env.priority)
         if stored:
             self.blobs.later(stored)  # its last segment is written with this pass's commit

@@ -28,6 +28,12 @@ class RequestError(ValueError):
 @dataclass(frozen=True)
 class Hello:
     name: str  # 4 characters, blank padded
+    observe: bool = False  # an observer of the name, not a handler
+
+
+@dataclass(frozen=True)
+class Observe:
+    name: str  # a process name of this host: copies of its messages to this connection too
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class Send:
     ttl: float | None = None  # seconds it may wait on the way (None: the host's ttl)
     receipt: bool = False  # a delivered notice when the destination process has taken it
     priority: int = 0  # 0 to 7: higher goes first
+    reply: bool = False  # the reply to a request (USER_ID = the request's MSG_ID)
+    ok: bool = True  # a reply's outcome
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Recv:
     user_id: int
     wait: bool
     timeout: float | None
+    reply_to: int = 0  # only the reply to this request of ours (its MSG_ID)
 
 
 @dataclass(frozen=True)
@@ -98,8 +107,8 @@ class QueueRequest:
     limit: int = LIST_MAX  # list: at most this many entries
 
 
-Request = Hello | Send | Recv | Confirm | Cancel | Status | Ping | QueueRequest
-NAMED = (Send, Recv, Confirm, Cancel)  # need a process name (hello) first
+Request = Hello | Observe | Send | Recv | Confirm | Cancel | Status | Ping | QueueRequest
+NAMED = (Observe, Send, Recv, Confirm, Cancel)  # need a process name (hello) first
 
 
 def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, required: bool = False):
@@ -161,9 +170,9 @@ def parse(req: dict) -> Request:
     return _PARSERS[op](req)
 
 
-def _hello(req: dict) -> Hello:
+def _name(req: dict) -> str:
     try:
-        return Hello(process_name(_field(req, "name", str, required=True)))
+        return process_name(_field(req, "name", str, required=True))
     except IdError as e:
         raise RequestError("bad_id", str(e)) from None
 
@@ -180,14 +189,24 @@ def _send(req: dict) -> Send:
     priority = _field(req, "priority", int, 0)
     if not 0 <= priority <= PRIORITY_MAX:
         raise RequestError("bad_request", f"priority {priority} is not within 0..{PRIORITY_MAX}")
+    reply, ok = _field(req, "reply", bool, False), _field(req, "ok", bool, True)
+    if not (reply or ok):
+        raise RequestError("bad_request", "ok=false is the outcome of a reply: give reply=true too")
+    if reply and not _user_id(req):
+        raise RequestError("bad_request", "a reply's user_id is the MSG_ID of the request it answers")
+    if reply and _field(req, "receipt", bool, False):
+        raise RequestError("bad_request", "a reply gets no receipt (it is a notice of its kind)")
     return Send(_id(_field(req, "to", str, required=True), "to"), _data(req), _user_id(req), _req(req), ttl,
-                _field(req, "receipt", bool, False), priority)
+                _field(req, "receipt", bool, False), priority, reply, ok)
 
 
 def _recv(req: dict) -> Recv:
     from_id = _field(req, "from", str, "")
+    reply_to = _field(req, "reply_to", int, 0)
+    if not 0 <= reply_to <= ID_SPACE:
+        raise RequestError("bad_request", f"reply_to {reply_to} is not a MSG_ID")
     return Recv(_id(from_id, "from") if from_id.strip() else "", _user_id(req), _field(req, "wait", bool, True),
-                _seconds(req, "timeout"))
+                _seconds(req, "timeout"), reply_to)
 
 
 def parse_ref(text: str) -> Ref:
@@ -254,6 +273,7 @@ def _confirm(req: dict) -> Confirm:
     return Confirm(_field(req, "rid", int, required=True))
 
 
-_PARSERS = {"hello": _hello, "send": _send, "recv": _recv, "confirm": _confirm,
+_PARSERS = {"hello": lambda req: Hello(_name(req), _field(req, "observe", bool, False)),
+            "observe": lambda req: Observe(_name(req)), "send": _send, "recv": _recv, "confirm": _confirm,
             "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": _ping,
             "queue": _queue}

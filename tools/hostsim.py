@@ -137,7 +137,7 @@ class SimClient:
 
     def recv(self, confirm: bool = True, **keys) -> dict:
         reply = self.ask({"op": "recv", **keys})
-        if confirm and reply.get("msg"):
+        if confirm and reply.get("msg") and "rid" in reply["msg"]:  # a copy has nothing to confirm
             assert self.ask({"op": "confirm", "rid": reply["msg"]["rid"]})["ok"]
         return reply
 
