@@ -180,4 +180,4 @@ def test_a_quota_reached_holds_that_name_at_the_sender_while_other_names_flow_an
                 assert msg is not None, f"{len(got)} of {n} held messages arrived"
                 got.append(msg.msg_id)
         assert got == ledg
-        assert _status(d["AA"])["lists"]["send"] == 0
+        _until(lambda: _status(d["AA"])["lists"]["send"] == 0, 10, "AA never had the last one acknowledged")
