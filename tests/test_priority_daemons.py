@@ -10,7 +10,7 @@ import time
 import pytest
 
 import mccs
-from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
+from mccs.testbed.hosts import DaemonProcess, mccs_cli, wait_until, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.vserial import Lines
 
@@ -39,22 +39,12 @@ def _status(d: DaemonProcess) -> dict:
         return admin.status()
 
 
-def _until(what, timeout: float, why: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(why)
-
-
 def _line_up(d: DaemonProcess, timeout: float = 30.0) -> None:
-    _until(lambda: all(line["state"] == "UP" for line in _status(d)["lines"]), timeout, f"{d.cfg.id}: lines not up")
+    wait_until(lambda: all(line["state"] == "UP" for line in _status(d)["lines"]), timeout, f"{d.cfg.id}: lines not up")
 
 
 def _route(d: DaemonProcess, to: str, timeout: float = 30.0) -> None:
-    _until(lambda: any(r["to"] == to and r["distance"] is not None for r in _status(d)["routes"]), timeout,
+    wait_until(lambda: any(r["to"] == to and r["distance"] is not None for r in _status(d)["routes"]), timeout,
            f"{d.cfg.id}: no route to {to}")
 
 
@@ -87,7 +77,7 @@ def test_an_urgent_message_overtakes_hundreds_queued_on_a_9600_baud_line_and_the
 
         def queue_bulk(p):
             bulk.extend(p.send("BBR", b"bulk %03d " % i + bytes(90), i + 1) for i in range(n))
-            _until(lambda: _status(d["BB"])["lists"]["recv"] >= 5, 30, "the bulk does not flow")
+            wait_until(lambda: _status(d["BB"])["lists"]["recv"] >= 5, 30, "the bulk does not flow")
         waited, left = _urgent_wait(d["AA"], d["BB"], queue_bulk)
         frame = (100 + 15 + 16 + 10) * 10 / baud  # a bulk frame: text, envelope, image header, framing
         print(f"\nPRIORITY 9600 baud: a priority-7 message behind {left} queued messages arrived in "
@@ -114,7 +104,7 @@ def test_an_urgent_message_goes_between_two_segments_of_a_large_transfer_at_9600
         def queue_bulk(p):
             for _ in range(3):
                 p.send("BBR", big)
-            _until(lambda: (_status(d["AA"])["lines"][0]["transfer"] or {}).get("bytes", 0) > 0, 30,
+            wait_until(lambda: (_status(d["AA"])["lines"][0]["transfer"] or {}).get("bytes", 0) > 0, 30,
                    "no transfer in segments")
         waited, left = _urgent_wait(d["AA"], d["BB"], queue_bulk)
         frame = (frame_max + 15 + 16 + 16 + 10) * 10 / baud
@@ -163,7 +153,7 @@ def test_a_quota_reached_holds_that_name_at_the_sender_while_other_names_flow_an
         _line_up(d["AA"])
         with mccs.connect(d["AA"].config, "P") as p:
             ledg = [p.send("BBLEDG", b"ledger %d" % i) for i in range(n)]
-            _until(lambda: _status(d["AA"])["waiting_for"].get("BB", 0) >= n - cap - 16 and
+            wait_until(lambda: _status(d["AA"])["waiting_for"].get("BB", 0) >= n - cap - 16 and
                    _status(d["BB"])["lists"]["recv"] >= cap, 30, "the quota does not hold the sender")
             pay = [p.send("BBPAY", b"pay %d" % i) for i in range(20)]
         with mccs.connect(d["BB"].config, "PAY") as r:
@@ -180,4 +170,4 @@ def test_a_quota_reached_holds_that_name_at_the_sender_while_other_names_flow_an
                 assert msg is not None, f"{len(got)} of {n} held messages arrived"
                 got.append(msg.msg_id)
         assert got == ledg
-        _until(lambda: _status(d["AA"])["lists"]["send"] == 0, 10, "AA never had the last one acknowledged")
+        wait_until(lambda: _status(d["AA"])["lists"]["send"] == 0, 10, "AA never had the last one acknowledged")

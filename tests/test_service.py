@@ -9,30 +9,19 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import mccs
 from mccs import service
-from mccs.testbed.hosts import DaemonProcess, mccs_cli, socket_answers, write_config
+from mccs.testbed.hosts import DaemonProcess, mccs_cli, socket_answers, wait_until, write_config
 from mccs.testbed.vserial import Lines
 
 pytestmark = pytest.mark.timeout(120)
 
 MCCS = [sys.executable, "-m", "mccs.cli"]
 OFFLINE = {"peer": "BB", "port": "/nonexistent/ttyBB"}
-
-
-def _wait(predicate, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds} s: {what}")
 
 
 def _gone(pid: int) -> bool:
@@ -113,11 +102,11 @@ def test_loopback_stops_on_the_signal_with_exit_0_and_stops_every_daemon_it_star
     pids = []
     try:
         sockets = [tmp_path / "run" / f"{h}.sock" for h in ("AA", "BB")]
-        _wait(lambda: all(socket_answers(str(p)) for p in sockets), 60, "loopback's daemons answer")
+        wait_until(lambda: all(socket_answers(str(p)) for p in sockets), 60, "loopback's daemons answer")
         for path in sockets:
             with mccs.connect(str(path), None) as admin:
                 pids.append(admin.status()["pid"])
-        _wait(lambda: "loopback: 2 hosts" in proc.stderr.readline(), 30, "the traffic starts")
+        wait_until(lambda: "loopback: 2 hosts" in proc.stderr.readline(), 30, "the traffic starts")
         proc.send_signal(sig)
         assert proc.wait(60) == 0, proc.stderr.read()
         assert "interrupted" in proc.stderr.read()

@@ -124,3 +124,15 @@ class DaemonProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def wait_until(predicate, seconds: float, what: str):
+    """Poll `predicate` every 50 ms until it returns something true (returned), or raise
+    AssertionError naming `what` after `seconds`: for tests and benchmarks that watch a daemon."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = predicate()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds} s: {what}")
