@@ -64,3 +64,30 @@ def pair(tmp_path):
     """Hosts AA and BB joined by one in-memory line (modules with a pair of their own override it)."""
     from tools.hostsim import SimNet, line
     return SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
+
+
+# -- two daemon processes over a vserial line: test_network, test_services_daemons ------------------
+@pytest.fixture
+def daemon_pair(tmp_path):
+    """make(protocol="async", processes=(), **line_keys): hosts AA (primary) and BB (secondary) as
+    daemon processes joined by one vserial line at 115200 baud, with the testbed's short timers;
+    `processes`: AA's [[process]] tables. Returns (lines, AA, BB); all are stopped at the end."""
+    from mccs.testbed.hosts import DaemonProcess, write_config
+    from mccs.testbed.loopback import timers
+    from mccs.testbed.vserial import Lines
+    made = []
+
+    def make(protocol="async", processes=(), **line_keys):
+        vl = Lines(str(tmp_path / "dev"), ["AA-BB"], baud=115200).__enter__()
+        keys = {"protocol": protocol, "baud": 115200, **timers(115200), **line_keys}
+        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), "role": "primary",
+                                                         **keys}], processes=processes))
+        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"),
+                                                         "role": "secondary", **keys}]))
+        made.append((vl, a.start(), b.start()))
+        return made[-1]
+    yield make
+    for vl, a, b in made:
+        a.stop()
+        b.stop()
+        vl.close()

@@ -17,31 +17,6 @@ from mccs.testbed.vserial import Lines
 BAUD = 115200
 
 
-def _pair(tmp_path, protocol, **line_keys):
-    """Hosts AA and BB joined by one vserial line; returns (lines, daemon AA, daemon BB)."""
-    vl = Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD).__enter__()
-    keys = {"protocol": protocol, "baud": BAUD, **timers(BAUD), **line_keys}
-    a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), "role": "primary",
-                                                     **keys}]))
-    b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), "role": "secondary",
-                                                     **keys}]))
-    return vl, a.start(), b.start()
-
-
-@pytest.fixture
-def pair(tmp_path):
-    made = []
-
-    def make(protocol, **keys):
-        made.append(_pair(tmp_path, protocol, **keys))
-        return made[-1]
-    yield make
-    for vl, a, b in made:
-        a.stop()
-        b.stop()
-        vl.close()
-
-
 def _wait_line(client, state="UP", timeout=20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -54,8 +29,8 @@ def _wait_line(client, state="UP", timeout=20.0):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("protocol", ["async", "bsc"])
-def test_two_hosts_every_rule_across_the_line(pair, protocol):
-    vl, a, b = pair(protocol)
+def test_two_hosts_every_rule_across_the_line(daemon_pair, protocol):
+    vl, a, b = daemon_pair(protocol)
     with mccs.connect(a.config, "S1") as s1, mccs.connect(a.config, "S2") as s2, \
             mccs.connect(b.config, "R") as r:
         ids = [s1.send("BBR", b"s1-%d" % i) for i in range(20)]
@@ -76,8 +51,8 @@ def test_two_hosts_every_rule_across_the_line(pair, protocol):
 
 
 @pytest.mark.timeout(120)
-def test_line_down_longer_than_traffic_messages_wait_then_arrive(pair):
-    vl, a, b = pair("async")
+def test_line_down_longer_than_traffic_messages_wait_then_arrive(daemon_pair):
+    vl, a, b = daemon_pair("async")
     line = vl.lines["AA-BB"]
     with mccs.connect(a.config, "S") as s, mccs.connect(b.config, "R") as r:
         _wait_line(s)
@@ -94,8 +69,8 @@ def test_line_down_longer_than_traffic_messages_wait_then_arrive(pair):
 
 
 @pytest.mark.timeout(90)
-def test_message_for_a_process_not_running_waits_on_recv_list(pair):
-    vl, a, b = pair("bsc")
+def test_message_for_a_process_not_running_waits_on_recv_list(daemon_pair):
+    vl, a, b = daemon_pair("bsc")
     with mccs.connect(a.config, "S") as s, mccs.connect(b.config, "WTCH") as watch:
         msg_id = s.send("BBLATE", b"for a process that starts later")
         deadline = time.monotonic() + 20

@@ -67,6 +67,16 @@ def _urgent_wait(sender: DaemonProcess, receiver: DaemonProcess, bulk_sent) -> t
     return got["at"] - t0, _status(sender)["lists"]["send"]
 
 
+def _recv_ids(r, n: int, timeout: float, what: str) -> list[int]:
+    """The MSG_IDs of the next `n` messages RECVed, in the order they came."""
+    got = []
+    while len(got) < n:
+        msg = r.recv(timeout=timeout)
+        assert msg is not None, f"{len(got)} of {n} {what} messages arrived"
+        got.append(msg.msg_id)
+    return got
+
+
 @pytest.mark.timeout(240)
 def test_an_urgent_message_overtakes_hundreds_queued_on_a_9600_baud_line_and_the_bulk_arrives_once_in_order(
         tmp_path):
@@ -85,11 +95,7 @@ def test_an_urgent_message_overtakes_hundreds_queued_on_a_9600_baud_line_and_the
               f"the queue takes {left * frame:.1f} s")
         assert left > n / 2, "the urgent message should not have waited for the bulk"
         with mccs.connect(d["BB"].config, "R") as r:
-            got = []
-            while len(got) < n:
-                msg = r.recv(timeout=120)
-                assert msg is not None, f"{len(got)} of {n} bulk messages arrived"
-                got.append(msg.msg_id)
+            got = _recv_ids(r, n, 120, "bulk")
             assert r.recv(wait=False) is None
         assert got == bulk  # in order, each once
 
@@ -164,10 +170,6 @@ def test_a_quota_reached_holds_that_name_at_the_sender_while_other_names_flow_an
         print(f"\nQUOTA max_waiting={cap}: {len(waiting)} wait at BB for LEDG, {held_back} wait at AA")
         assert cap <= len(waiting) <= cap + 16 and held_back >= n - len(waiting) - 1
         with mccs.connect(d["BB"].config, "LEDG") as r:
-            got = []
-            while len(got) < n:
-                msg = r.recv(timeout=60)
-                assert msg is not None, f"{len(got)} of {n} held messages arrived"
-                got.append(msg.msg_id)
+            got = _recv_ids(r, n, 60, "held")
         assert got == ledg
         wait_until(lambda: _status(d["AA"])["lists"]["send"] == 0, 10, "AA never had the last one acknowledged")

@@ -14,40 +14,9 @@ import time
 import pytest
 
 import mccs
-from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
-from mccs.testbed.loopback import timers
-from mccs.testbed.vserial import Lines
+from mccs.testbed.hosts import mccs_cli, wait_until
 
 pytestmark = pytest.mark.timeout(90)
-
-BAUD = 115200
-
-
-@pytest.fixture
-def pair(tmp_path):
-    """Hosts AA and BB joined by an async vserial line; `processes` are AA's [[process]] tables."""
-    made = []
-
-    def make(processes=()):
-        vl = Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD).__enter__()
-        keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
-        a = DaemonProcess(write_config(tmp_path, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), **keys}],
-                                       processes=processes))
-        b = DaemonProcess(write_config(tmp_path, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), **keys}]))
-        made.append((vl, a.start(), b.start()))
-        return made[-1]
-    yield make
-    for vl, a, b in made:
-        a.stop()
-        b.stop()
-        vl.close()
-
-
-def _eventually(check, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.05)
 
 
 HOLDER = textwrap.dedent("""
@@ -74,8 +43,8 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-def test_a_handler_killed_between_recv_and_confirm_leaves_its_message_to_the_other_once(pair, tmp_path):
-    vl, a, b = pair()
+def test_a_handler_killed_between_recv_and_confirm_leaves_its_message_to_the_other_once(daemon_pair, tmp_path):
+    vl, a, b = daemon_pair()
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     holder = subprocess.Popen([sys.executable, str(script), a.cfg.socket], stdout=subprocess.PIPE, text=True)
@@ -99,8 +68,8 @@ def test_a_handler_killed_between_recv_and_confirm_leaves_its_message_to_the_oth
         holder.wait()
 
 
-def test_two_handlers_share_the_messages_of_one_name(pair):
-    vl, a, b = pair()
+def test_two_handlers_share_the_messages_of_one_name(daemon_pair):
+    vl, a, b = daemon_pair()
     got: dict[str, list[bytes]] = {"h1": [], "h2": []}
     with mccs.connect(b.config, "S") as s, mccs.connect(a.config, "SVC") as h1, mccs.connect(a.config, "SVC") as h2:
         for i in range(10):
@@ -113,8 +82,8 @@ def test_two_handlers_share_the_messages_of_one_name(pair):
     assert got["h1"] and got["h2"]
 
 
-def test_an_observer_gets_each_copy_once_across_a_daemon_restart(pair):
-    vl, a, b = pair()
+def test_an_observer_gets_each_copy_once_across_a_daemon_restart(daemon_pair):
+    vl, a, b = daemon_pair()
     with mccs.connect(b.config, "S") as s, mccs.connect(a.config, "SVC", observe=True) as obs, \
             mccs.connect(a.config, "MON") as mon:
         mon.observe("SVC")
@@ -154,8 +123,8 @@ REPLIER = textwrap.dedent("""
 """)
 
 
-def test_request_and_reply_across_the_line_and_a_late_reply_dropped(pair, tmp_path):
-    vl, a, b = pair()
+def test_request_and_reply_across_the_line_and_a_late_reply_dropped(daemon_pair, tmp_path):
+    vl, a, b = daemon_pair()
     script = tmp_path / "replier.py"
     script.write_text(REPLIER)
     svc = subprocess.Popen([sys.executable, str(script), str(b.config), "2.5"], stdout=subprocess.PIPE, text=True)
@@ -171,7 +140,7 @@ def test_request_and_reply_across_the_line_and_a_late_reply_dropped(pair, tmp_pa
             assert 1.4 < time.monotonic() - t0 < 4.0
             assert svc.stdout.readline().strip() == "late reply not sent"  # the library knew it was too late
             assert svc.stdout.readline().strip() == "forced"  # a replier that sends anyway: dropped at AA
-            _eventually(lambda: c.status()["counters"].get("expired", 0) >= 1)
+            wait_until(lambda: c.status()["counters"].get("expired", 0) >= 1, 20, "a late reply expired")
             answer = c.request("BBSVC", b"next", timeout=20)  # its own reply, not the late one
             assert answer.data == b"done: next"
             assert c.recv(timeout=0.5) is None and c.status()["lists"]["recv"] == 0
@@ -190,8 +159,8 @@ def test_request_and_reply_across_the_line_and_a_late_reply_dropped(pair, tmp_pa
     assert '"reason":"late reply"' in traces
 
 
-def test_a_reply_from_the_shell(pair):
-    vl, a, b = pair()
+def test_a_reply_from_the_shell(daemon_pair):
+    vl, a, b = daemon_pair()
     with mccs.connect(a.config, "REQ") as c:
         msg_id = c.send("BBSH", b"what time is it", ttl=30.0)
         got = mccs_cli("recv", "-c", str(b.config), "--as", "SH", "--json", "--timeout", "20", timeout=30)
@@ -207,8 +176,8 @@ def test_a_reply_from_the_shell(pair):
         assert too_late.returncode == 1
 
 
-def test_discard_returns_messages_while_no_handler_is_attached(pair):
-    vl, a, b = pair([{"name": "DROP", "disposition": "discard"}])
+def test_discard_returns_messages_while_no_handler_is_attached(daemon_pair):
+    vl, a, b = daemon_pair(processes=[{"name": "DROP", "disposition": "discard"}])
     with mccs.connect(b.config, "S") as s:
         msg_id = s.send("AADROP", b"nobody there")
         notice = s.recv(timeout=20)
@@ -235,15 +204,15 @@ PRINT_SERVER = textwrap.dedent("""
 
 
 @pytest.mark.timeout(120)
-def test_a_program_started_on_demand_that_crashes_is_started_again_after_a_back_off(pair, tmp_path):
+def test_a_program_started_on_demand_that_crashes_is_started_again_after_a_back_off(daemon_pair, tmp_path):
     script, starts, printed = tmp_path / "print_server.py", tmp_path / "starts", tmp_path / "printed"
     script.write_text(PRINT_SERVER)
     command = " ".join(shlex.quote(str(p)) for p in (sys.executable, script, starts, printed))
-    vl, a, b = pair([{"name": "PRNT", "start": command, "backoff_max": 4.0}])
+    vl, a, b = daemon_pair(processes=[{"name": "PRNT", "start": command, "backoff_max": 4.0}])
     with mccs.connect(b.config, "S") as s, mccs.connect(a.config, None) as admin:
         t0 = time.monotonic()
         s.send("AAPRNT", b"page 1")
-        _eventually(lambda: printed.exists() and printed.read_bytes() == b"page 1\n", timeout=30)
+        wait_until(lambda: printed.exists() and printed.read_bytes() == b"page 1\n", 30, "the program printed page 1")
         took = time.monotonic() - t0
         assert len(starts.read_text().split()) == 3  # two crashes, then it took the page
         assert took >= 1.0 + 2.0  # back-off: 1 s after the first crash, 2 s after the second
@@ -251,19 +220,19 @@ def test_a_program_started_on_demand_that_crashes_is_started_again_after_a_back_
         assert status["counters"]["programs_started"] == 3 and status["counters"]["programs_failed"] == 2
         assert status["lists"]["recv"] == 0  # kept through the crashes, taken once
         s.send("AAPRNT", b"page 2")  # the last start took its page: the next starts at once
-        _eventually(lambda: printed.read_bytes() == b"page 1\npage 2\n", timeout=20)
+        wait_until(lambda: printed.read_bytes() == b"page 1\npage 2\n", 20, "the program printed page 2")
     log = a.log_path.read_text()
     assert "without taking a message (2 time(s) in a row); next start in 2.0 s" in log
     assert "started the program of PRNT" in log
 
 
-def test_an_observer_from_the_shell(pair):
-    vl, a, b = pair()
+def test_an_observer_from_the_shell(daemon_pair):
+    vl, a, b = daemon_pair()
     watcher = subprocess.Popen([sys.executable, "-m", "mccs.cli", "recv", "-c", str(a.config), "--as", "SVC",
                                 "--observe", "--json", "--timeout", "20"], stdout=subprocess.PIPE, text=True)
     try:
         with mccs.connect(b.config, "S") as s, mccs.connect(a.config, None) as admin:
-            _eventually(lambda: admin.status()["observed"] == {"AASVC": 1})  # the watcher is attached
+            wait_until(lambda: admin.status()["observed"] == {"AASVC": 1}, 20, "the watcher is attached")
             s.send("AASVC", b"seen")
             copy = json.loads(watcher.communicate(timeout=30)[0])
             assert (copy["text"], copy["copy"], watcher.returncode) == ("seen", True, 0)
@@ -286,21 +255,21 @@ SERVER = textwrap.dedent("""
 """)
 
 
-def test_a_started_program_that_stays_takes_everything_and_stops_with_the_daemon(pair, tmp_path):
+def test_a_started_program_that_stays_takes_everything_and_stops_with_the_daemon(daemon_pair, tmp_path):
     script, pidfile, got = tmp_path / "server.py", tmp_path / "pid", tmp_path / "got"
     script.write_text(SERVER)
     command = " ".join(shlex.quote(str(p)) for p in (sys.executable, script, pidfile, got))
-    vl, a, b = pair([{"name": "SRV", "start": command}])
+    vl, a, b = daemon_pair(processes=[{"name": "SRV", "start": command}])
     with mccs.connect(b.config, "S") as s:
         for i in range(3):
             s.send("AASRV", b"%d" % i)
-        _eventually(lambda: got.exists() and got.read_bytes() == b"0\n1\n2\n")
+        wait_until(lambda: got.exists() and got.read_bytes() == b"0\n1\n2\n", 20, "the program took all three")
     with mccs.connect(a.config, None) as admin:
         status = admin.status()
     assert status["counters"]["programs_started"] == 1 and status["attached"] == {"AASRV": 1}
     pid = int(pidfile.read_text())
     assert a.stop() == 0
-    _eventually(lambda: not _alive(pid), timeout=10)
+    wait_until(lambda: not _alive(pid), 10, "the program stopped")
 
 
 def _alive(pid: int) -> bool:
@@ -311,11 +280,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_malformed_service_requests_on_the_socket_get_errors_and_lose_nothing(pair):
+def test_malformed_service_requests_on_the_socket_get_errors_and_lose_nothing(daemon_pair):
     import socket as socketlib
 
     from mccs.ipc import LENGTH, frame
-    vl, a, b = pair()
+    vl, a, b = daemon_pair()
     with mccs.connect(b.config, "S") as s:
         s.send("AASVC", b"kept")
     sock = socketlib.socket(socketlib.AF_UNIX)
@@ -347,10 +316,11 @@ def test_malformed_service_requests_on_the_socket_get_errors_and_lose_nothing(pa
     assert a.running
 
 
-def test_a_start_program_that_cannot_run_is_logged_and_its_message_kept(pair, tmp_path):
-    vl, a, b = pair([{"name": "GONE", "start": str(tmp_path / "no-such-program") + " --once", "backoff_max": 1.0}])
+def test_a_start_program_that_cannot_run_is_logged_and_its_message_kept(daemon_pair, tmp_path):
+    gone = {"name": "GONE", "start": str(tmp_path / "no-such-program") + " --once", "backoff_max": 1.0}
+    vl, a, b = daemon_pair(processes=[gone])
     with mccs.connect(a.config, "S") as s:
         s.send("AAGONE", b"waits")
-        _eventually(lambda: s.status()["counters"].get("programs_failed", 0) >= 2)
+        wait_until(lambda: s.status()["counters"].get("programs_failed", 0) >= 2, 20, "two failed starts")
         assert s.status()["lists"]["recv"] == 1
     assert "the program of GONE did not start" in a.log_path.read_text()
