@@ -29,8 +29,10 @@ from .events import FrameTraced, LineDown, LineEvent, LineUp
 from .ids import check_host_id
 from .image import HEADER_SIZE, key_of
 
-#: Images the machine takes ahead of the line (room()); all go in the next transmission.
-QUEUE_LIMIT = 32
+#: Images the machine takes ahead of the line (room()): the one in flight. The next is handed in the
+#: pass its ACK makes, while the transmission is held (Phase.HOLD), so the line loses no bid, and
+#: everything else waits on SEND_LIST, where a message of higher priority can overtake it.
+QUEUE_LIMIT = 1
 #: How the trace names a received sequence (a text block is named by its ending).
 TRACE_KIND = {"ID_ENQ": "ID", "ID_ACK0": "ID", "ID_NAK": "ID", "ABORT": "ETX"}
 ID_KINDS = ("ID_ENQ", "ID_ACK0", "ID_NAK")

@@ -9,9 +9,11 @@
 - CPU: the daemons' CPU seconds (user + system, from /proc) per 1,000 128-byte messages
   delivered over a 115200-baud line, each daemon apart;
 - idle: a daemon with two lines up and nothing to send (default timers): its share of a core
-  and its resident memory, first started and again after a restart.
-Targets (issue 15): under 0.5 CPU-seconds per 1,000 messages per daemon; idle under 1% of a
-core and under 40 MB.
+  and its resident memory, first started and again after a restart;
+- urgent: at 9600 baud with hundreds of 100-byte messages queued, priority-7 messages sent one
+  at a time: how long each waits beyond its own frame's time on the wire, against one bulk frame.
+Targets: (issue 15) under 0.5 CPU-seconds per 1,000 messages per daemon; idle under 1% of a
+core and under 40 MB; (issue 14) an urgent message waits no longer than one bulk frame.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from mccs.testbed.procstat import cpu_seconds, rss
 from mccs.testbed.vserial import Lines
 
 UNPACED = 10_000_000  # baud of the "unpaced" line: the relay never waits
-PARTS = ("rate", "goodput", "cpu", "idle")
+PARTS = ("rate", "goodput", "cpu", "idle", "urgent")
 CPU_TARGET = 0.5  # CPU-seconds per 1,000 messages per daemon
 IDLE_CPU_TARGET, IDLE_RSS_TARGET = 0.01, 40e6  # share of a core, bytes
 
@@ -122,6 +124,33 @@ def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int) -
     return {h: (cpu_seconds(d.proc.pid) - before[h]) * 1000 / count for h, d in (("AA", a), ("BB", b))}
 
 
+def urgent_wait(a: DaemonProcess, b: DaemonProcess, queued: int, samples: int) -> dict:
+    """Seconds each of `samples` priority-7 messages, sent while `queued` 100-byte messages wait on
+    AA's SEND_LIST, waits beyond its own frame's wire time (SEND to RECV, commits included), and
+    the wire time of one bulk frame (text, routing envelope, image header, framing)."""
+    import mccs
+    baud = 9600
+    frame = lambda size: (size + 15 + 16 + 10) * 10 / baud  # noqa: E731 - as tests/test_priority_daemons.py
+    waits = []
+    with mccs.connect(a.config, "US") as s, mccs.connect(b.config, "UR") as r:
+        for i in range(queued):
+            s.send("BBBULK", b"bulk %04d " % i + bytes(90))
+        deadline = time.monotonic() + 30
+        while s.status()["lists"]["send"] > queued - 10:  # the bulk flows at its steady pace
+            if time.monotonic() > deadline:
+                raise RuntimeError("the bulk does not flow")
+            time.sleep(0.1)
+        for i in range(samples):
+            time.sleep(0.5 + 0.37 * i % 0.3)  # land at different points of the frame on the wire
+            t0 = time.monotonic()
+            s.send("BBUR", b"urgent", 7000 + i, priority=7)
+            if r.recv(user_id=7000 + i, timeout=60) is None:
+                raise RuntimeError("an urgent message did not arrive")
+            waits.append(time.monotonic() - t0 - frame(6))
+    return {"urgent_wait_ms_median": 1000 * statistics.median(waits), "urgent_wait_ms_max": 1000 * max(waits),
+            "bulk_frame_ms": 1000 * frame(100)}
+
+
 def idle_cost(root: Path, protocol: str, seconds: float) -> dict:
     """Host BB with lines to AA and CC, all UP, default timers, nothing to send: BB's share of a
     core over `seconds` and its resident bytes, as first started on a fresh checkpoint and again
@@ -156,11 +185,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--messages", type=int, default=1000, help="messages per sender for the throughput run")
     p.add_argument("--slow-messages", type=int, default=60, help="messages for the 9600-baud goodput run")
     p.add_argument("--cpu-messages", type=int, default=2000, help="messages for the CPU run at 115200 baud")
+    p.add_argument("--urgent", type=int, default=20, help="priority-7 messages timed in the urgent part")
     p.add_argument("--idle-seconds", type=float, default=20.0,
                    help="how long the idle daemon is watched (twice: fresh, then restarted)")
     p.add_argument("--parts", default=",".join(PARTS),
                    help="comma-separated, of: rate (unpaced msg/s and latency), goodput (9600 baud), "
-                        "cpu (per 1,000 messages at 115200), idle (a daemon with two lines)")
+                        "cpu (per 1,000 messages at 115200), idle (a daemon with two lines), "
+                        "urgent (priority 7 behind a queue at 9600 baud)")
     p.add_argument("--runs", type=int, default=3, help="runs; medians are reported")
     p.add_argument("--json", action="store_true")
 
@@ -184,6 +215,9 @@ def one_run(protocol: str, parts: set[str], args: argparse.Namespace) -> dict:
                 out["cpu_s_per_1000_AA"], out["cpu_s_per_1000_BB"] = cpu["AA"], cpu["BB"]
         if "idle" in parts:
             out.update(idle_cost(root / "idle", protocol, args.idle_seconds))
+        if "urgent" in parts:
+            with daemon_pair(root / "urgent", protocol, 9600) as (a, b):
+                out.update(urgent_wait(a, b, 300, args.urgent))
     return out
 
 
@@ -210,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
         if "idle" in parts:
             met &= all(r[f"idle_core_share_{w}"] < IDLE_CPU_TARGET and r[f"idle_rss_mb_{w}"] * 1e6 < IDLE_RSS_TARGET
                        for w in ("fresh", "restarted"))
+        if "urgent" in parts:
+            met &= r["urgent_wait_ms_median"] <= r["bulk_frame_ms"]
         results.append(r)
     if args.json:
         print(json.dumps(results, indent=2))
@@ -232,4 +268,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  idle with two lines, {w}: {r[f'idle_core_share_{w}']:.2%} of a core, "
                       f"{r[f'idle_rss_mb_{w}']:.1f} MB resident (targets < {IDLE_CPU_TARGET:.0%}, "
                       f"< {IDLE_RSS_TARGET / 1e6:.0f} MB)")
+        if "urgent" in parts:
+            print(f"  priority 7 behind 300 queued at 9600: waits {r['urgent_wait_ms_median']:.0f} ms (median), "
+                  f"{r['urgent_wait_ms_max']:.0f} ms (max) beyond its own frame; one bulk frame "
+                  f"{r['bulk_frame_ms']:.0f} ms (target: the median within one frame)")
     return 0 if met else 1
