@@ -16,11 +16,12 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from linedrivers.ids import IdError, host_of, process_id
 
 from .ipc import LENGTH, b64, frame, unb64
+from .requests import BATCH_BYTES, BATCH_MAX
 
 BLANK_ID = " " * 6
 GRACE = 5.0  # seconds the daemon has to answer what it can answer at once
@@ -105,10 +106,12 @@ class Client:
         self.host: str | None = None
         self.max_message = 128
         self.binary = False  # the daemon takes and gives large texts as they are after the JSON (ipc)
+        self.carry = False  # the daemon takes a confirm in the next RECV (and send_many): protocol v4
         self._sock: socket.socket | None = None
         self._rbuf = bytearray()
         self._ids = iter(range(1, 1 << 62))
         self._pending_confirms: dict[int, tuple] = {}  # confirm request id -> handed key
+        self._unconfirmed: list[tuple[int, tuple]] = []  # (rid, handed key) to confirm with the next request
         # Messages returned to the caller whose confirm the daemon has not yet committed: only those
         # can be handed again (after a restart), with the same key and the daemon's same rid.
         self._seen_set: set[tuple] = set()
@@ -143,6 +146,7 @@ class Client:
             self.process_id, self.host = reply["process"], reply["host"]
             self.max_message = reply.get("max_message", 128)
             self.binary = reply.get("v", 2) >= 3
+            self.carry = reply.get("v", 2) >= 4
             for name in self.observing:
                 self._exchange({"op": "observe", "name": name})
 
@@ -157,11 +161,13 @@ class Client:
             self._sock = None
         self._rbuf.clear()
         self._pending_confirms.clear()  # unknown outcome: those messages stay remembered
+        self._unconfirmed.clear()  # the daemon hands them again; we drop those copies and confirm them
 
     def close(self) -> None:
         """Wait for the daemon to commit our confirms, then hang up."""
         if self._sock is not None:
             try:
+                self._confirm_now()
                 deadline = time.monotonic() + self.grace
                 while self._pending_confirms and time.monotonic() < deadline:
                     self._read(deadline - time.monotonic())
@@ -274,10 +280,19 @@ class Client:
             try:
                 if self._sock is None:
                     raise ConnectionError("not connected")
-                return self._exchange(make_request(), deadline, wait)
+                request = make_request()
+                if "confirm" not in request:
+                    self._confirm_now()
+                return self._exchange(request, deadline, wait)
             except (ConnectionError, OSError):
                 reconnect_by = reconnect_by or time.monotonic() + self.reconnect_timeout
                 self._connect(max(0.0, reconnect_by - time.monotonic()))
+
+    def _confirm_now(self) -> None:
+        """The confirms not yet carried, on their own (pipelined: their replies are read on the way)."""
+        while self._unconfirmed:
+            rid, handed = self._unconfirmed.pop(0)
+            self._pending_confirms[self._write({"op": "confirm", "rid": rid})] = handed
 
     # -- the primitives ---------------------------------------------------------------------
     def send(self, to_id: str, data: bytes, user_id: int = 0, timeout: float | None = None, *,
@@ -319,50 +334,102 @@ class Client:
             raise NotStored(f"not stored within {timeout:g} s (the daemon's buffers are full); nothing was sent",
                             "timeout") from None
 
+    def send_many(self, messages: Iterable[tuple], *, ttl: float | None = None, receipt: bool = False,
+                  priority: int = 0) -> list[int]:
+        """SEND of many messages in one request, durable as a whole: their MSG_IDs, in order, once
+        all are stored in one commit; or an error and none is stored. Each message is (TO_ID, data)
+        or (TO_ID, data, USER_ID); the keywords are as for send() and hold for all. A batch has at
+        most BATCH_MAX messages of BATCH_BYTES in all, and waits until the daemon has room for all."""
+        messages, entries = list(messages), []
+        for i, (to_id, data, *user_id) in enumerate(messages):
+            try:
+                to_id = process_id(to_id)
+            except IdError as e:
+                raise Refused(f"message {i}: {e}", "bad_id") from None
+            if len(data) > self.max_message:
+                raise Refused(f"message {i}: {len(data)} bytes is over the maximum of {self.max_message}",
+                              "too_large")
+            entries.append({"to": to_id, "data": b64(bytes(data)), "user_id": user_id[0] if user_id else 0,
+                            **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {}),
+                            **({"priority": priority} if priority else {})})
+        if not entries:
+            return []
+        if len(entries) > BATCH_MAX or sum(len(m[1]) for m in messages) > BATCH_BYTES:
+            raise Refused(f"a batch is at most {BATCH_MAX} messages of {BATCH_BYTES} bytes in all", "too_large")
+        if not self.carry:
+            raise Refused(f"the MCCS daemon on {self.path} is older: it does not take send_many", "bad_request")
+        request = {"op": "send_many", "req": uuid.uuid4().hex, "msgs": entries}
+        return self._call(lambda: dict(request), None, "patient")["msg_ids"]
+
     def recv(self, from_id: str = "", user_id: int = 0, wait: bool = True,
              timeout: float | None = None, *, reply_to: int = 0) -> Message | None:
         """RECV: the first message for this process matching FROM_ID and USER_ID, or None; or a
         copy, for an observer (`copy`); with `reply_to`, only the reply to our request of that
-        MSG_ID (replies are taken no other way)."""
+        MSG_ID (replies are taken no other way). The message is confirmed (taken off RECV_LIST)
+        by the next request, which carries the confirm, or by close()."""
         if from_id.strip():
             try:
                 from_id = process_id(from_id)
             except IdError as e:
                 raise Refused(str(e), "bad_id") from None
+        msgs = self._recv({"from": from_id, "user_id": user_id, **({"reply_to": reply_to} if reply_to else {})},
+                          wait, timeout)
+        return msgs[0] if msgs else None
+
+    def recv_many(self, n: int, wait: bool = True, timeout: float | None = None) -> list[Message]:
+        """RECV of up to `n` messages at once, the first ones for this process, in the order recv()
+        would return them: at least one, or [] as recv() returns None. Confirmed as recv()'s are."""
+        if not 1 <= n <= BATCH_MAX:
+            raise Refused(f"recv_many takes 1 to {BATCH_MAX} messages, not {n}", "bad_request")
+        return self._recv({"max": n} if n > 1 and self.carry else {}, wait, timeout)
+
+    def _recv(self, selection: dict, wait: bool, timeout: float | None) -> list[Message]:
         until = None if timeout is None else time.monotonic() + timeout
 
         def request() -> dict:
             left = None if until is None else max(0.0, until - time.monotonic())
-            return {"op": "recv", "from": from_id, "user_id": user_id, "wait": wait, "timeout": left,
-                    **({"reply_to": reply_to} if reply_to else {})}
+            rids = [rid for rid, _ in self._unconfirmed]
+            carried = {"confirm": rids[0] if len(rids) == 1 else rids} if rids else {}
+            return {"op": "recv", **selection, "wait": wait, "timeout": left, **carried}
         mode = "prompt" if not wait else "forever" if until is None else "patient"
         deadline = None if until is None or not wait else until + self.grace
         while True:
             try:
                 reply = self._call(request, deadline, mode)
-                got = reply.get("msg")
             except _Deadline:
                 raise DaemonUnreachable(f"the MCCS daemon on {self.path} did not answer a RECV by its timeout") \
                     from None
-            if got is None:
-                return None
-            data = reply["bin"] if "bin" in reply else unb64(got["data"])
-            ttl = got.get("ttl")
-            msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"], data, got.get("reply", False),
-                          got.get("ok", True), got.get("copy", False),
-                          None if ttl is None else time.monotonic() + ttl)
-            if msg.copy:  # at most once: nothing to confirm, never handed again
-                return msg
-            handed = (*msg.key, got["rid"])
-            fresh = handed not in self._seen_set
-            self._seen_set.add(handed)
-            try:
-                self._pending_confirms[self._write({"op": "confirm", "rid": got["rid"]})] = handed
-            except OSError:  # the daemon went away after handing it: it hands it again, we drop that copy
-                self._drop()
-            if fresh:
-                return msg
-            # handed again after a daemon restart: we returned it already; confirmed, dropped
+            for _, handed in self._unconfirmed:  # carried, and committed before this reply
+                self._seen_set.discard(handed)
+            self._unconfirmed.clear()
+            if reply.get("msg") is None:
+                return []
+            msgs = [self._message(got, reply.get("bin") if i == 0 else None)
+                    for i, got in enumerate([reply["msg"], *reply.get("more", ())])]
+            if not self.carry:  # an older daemon: the confirm goes now, on its own
+                try:
+                    self._confirm_now()
+                except OSError:  # the daemon went away after handing it: it hands it again, we drop that copy
+                    self._drop()
+            msgs = [msg for msg in msgs if msg is not None]
+            if msgs:
+                return msgs
+            # each was handed again after a daemon restart: we returned it already; confirmed, dropped
+
+    def _message(self, got: dict, data: bytes | None) -> Message | None:
+        """A message handed, to be confirmed with the next request; None if we returned it already
+        (handed again after a daemon restart)."""
+        ttl = got.get("ttl")
+        msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"],
+                      unb64(got["data"]) if data is None else data, got.get("reply", False), got.get("ok", True),
+                      got.get("copy", False), None if ttl is None else time.monotonic() + ttl)
+        if msg.copy:  # at most once: nothing to confirm, never handed again
+            return msg
+        handed = (*msg.key, got["rid"])
+        fresh = handed not in self._seen_set
+        self._seen_set.add(handed)
+        self._unconfirmed.append((got["rid"], handed))
+        return msg if fresh else None
 
     # -- services ---------------------------------------------------------------------------------
     def observe(self, name: str) -> None:

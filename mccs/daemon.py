@@ -33,7 +33,7 @@ from .dispatcher import stored_text
 from .effects import StartProgram
 from .kernel import Kernel
 from .ipc import b64
-from .requests import Cancel, Hello, RequestError, Send, Status
+from .requests import Cancel, Hello, RequestError, Send, SendMany, Status
 from .trace import TraceWriter
 
 log = logging.getLogger("mccs.daemon")
@@ -43,6 +43,12 @@ FULL_PROBE = 2.0  # seconds between attempts to write again while the disk is fu
 RECOVERY_LIMIT = 5  # failed passes within RECOVERY_WINDOW seconds (other than a full disk) stop the daemon
 RECOVERY_WINDOW = 60.0
 EXIT_INTERNAL = 70
+
+
+def frame_limit(max_message: int) -> int:
+    """The largest request: a message in base64, or a batch (send_many) of BATCH_BYTES in base64
+    with a little JSON for each of its entries."""
+    return 4096 + 2 * max(max_message, requests.BATCH_BYTES) + 256 * requests.BATCH_MAX
 
 
 class Daemon:
@@ -99,7 +105,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, self._stopping.set)
-        srv = await server.listen(self, self.cfg.socket, self.cfg.socket_group, 4096 + 2 * self.cfg.max_message,
+        srv = await server.listen(self, self.cfg.socket, self.cfg.socket_group, frame_limit(self.cfg.max_message),
                                   self.cfg.max_message)
         for lc in self.cfg.lines:
             self.ports[lc.peer] = self._open_port(lc)
@@ -161,9 +167,17 @@ class Daemon:
             if isinstance(req, Status):  # administrative: answered at once, no process name needed
                 conn.answer({"id": rid, "ok": True, "status": self.status()})
                 return
-            prior = self.cp.find_send_done(req.req) if isinstance(req, (Send, Cancel)) and req.req else None
-            self.kernel.request(conn.id, rid, req, time.monotonic(), prior)
+            self.kernel.request(conn.id, rid, req, time.monotonic(), self._prior(req))
         self.wake()
+
+    def _prior(self, req: requests.Request):
+        """What the checkpoint says a SEND's (or a batch's) request id got: a retry after a restart."""
+        if isinstance(req, (Send, Cancel)) and req.req:
+            return self.cp.find_send_done(req.req)
+        if isinstance(req, SendMany) and req.req and self.cp.find_send_done(f"{req.req}/0"):
+            prior = [self.cp.find_send_done(f"{req.req}/{i}") for i in range(len(req.sends))]
+            return prior if all(prior) else None
+        return None
 
     def status(self) -> dict:
         s = self.kernel.status()

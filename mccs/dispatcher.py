@@ -73,6 +73,7 @@ class ProcessDispatcher:
         wait = self.lists.wait
         self._sends(wait.remote_sends, False, fx, wall)
         self._sends(wait.local_sends, True, fx, wall)
+        self._batches(wait.batches, fx, wall)
         self._keep_waiting_sends(fx)
 
     def recvs(self, fx: Effects, now: float, wall: float) -> None:
@@ -103,7 +104,25 @@ class ProcessDispatcher:
             queue.popleft()
         queue.extendleft(reversed(kept))
 
-    def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> None:
+    def _batches(self, queue: deque[PRQBLOK], fx: Effects, wall: float) -> None:
+        """In order, each as a whole once all of it fits: its changes go into this pass's one commit."""
+        while queue:
+            batch = queue[0]
+            if not batch.done:
+                local = [host_of(p.to_id) == self.host for p in batch.batch]
+                if not self._fits(batch.batch, local):
+                    break
+                msg_ids = [self._store(p, is_local, fx, wall) for p, is_local in zip(batch.batch, local)]
+                answer(fx, batch, {"ok": True, "msg_ids": msg_ids})
+            queue.popleft()
+
+    def _fits(self, sends: list[PRQBLOK], local: list[bool]) -> bool:
+        n_local = sum(local)
+        return (len(self.lists.recv) + n_local <= self.buffers and len(self.lists.send) + len(sends) - n_local
+                <= self.buffers and self.ids.room(len(sends))
+                and not any(self.over_quota(p.to_id) for p, is_local in zip(sends, local) if is_local))
+
+    def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> int:
         seq = self.seqs.take()
         msg_id, id_changes = self.ids.allocate(host_of(prq.to_id), seq)
         table = Table.RECV_LIST if local else Table.SEND_LIST
@@ -129,6 +148,7 @@ class ProcessDispatcher:
         else:
             self.lists.send.add(blk)
         answer(fx, prq, {"ok": True, "msg_id": msg_id, "to": prq.to_id})
+        return msg_id
 
     def _keep_waiting_sends(self, fx: Effects) -> None:
         """SENDs that wait for a buffer are kept in the checkpoint, so a retry after a restart
@@ -159,12 +179,21 @@ class ProcessDispatcher:
                 body = {k: v for k, v in message_body(copy, wall).items() if k != "rid"}  # nothing to confirm
                 answer(fx, prq, {"ok": True, "msg": {**body, "copy": True}})
             elif blk is not None:
-                recv.hand(blk, prq.conn)
-                session.handed[blk.seq] = blk
-                answer(fx, prq, {"ok": True, "msg": message_body(blk, wall)})
+                msgs = [self._hand(blk, session, prq, wall)]
+                while len(msgs) < prq.most and not isinstance(blk.data, Stored) and not session.copies:
+                    blk = recv.match(session.name, "", 0, 0)
+                    if blk is None or isinstance(blk.data, Stored):  # a large text goes alone, read as written
+                        break
+                    msgs.append(self._hand(blk, session, prq, wall))
+                answer(fx, prq, {"ok": True, "msg": msgs[0], **({"more": msgs[1:]} if len(msgs) > 1 else {})})
             elif not prq.wait:
                 answer(fx, prq, {"ok": True, "msg": None})
         wait.prune(key)
+
+    def _hand(self, blk: MSGBLOK, session: Session, prq: PRQBLOK, wall: float) -> dict:
+        self.lists.recv.hand(blk, prq.conn)
+        session.handed[blk.seq] = blk
+        return message_body(blk, wall)
 
     def _copy(self, session: Session, prq: PRQBLOK, recv: RecvList) -> MSGBLOK | None:
         """The first copy for this RECV; a large text's copy only while its message is here (its

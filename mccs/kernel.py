@@ -36,7 +36,8 @@ from .receiver import MessageReceiver
 from .routing import RoutingTable
 from .segments import Blobs, Partial, Reassembly
 from .queue import Queue
-from .requests import NAMED, Cancel, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request, RequestError, Send
+from .requests import (NAMED, Cancel, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request, RequestError, Send,
+                       SendMany)
 from .delivery import Delivery
 from .sessions import Creds, Session, Sessions
 
@@ -129,14 +130,15 @@ class Kernel:
         if session.handed:
             self.lists.recv.boxes[session.name].restore_order()
             self.lists.wait.dirty.add(session.name)
-        for queue in (self.lists.wait.remote_sends, self.lists.wait.local_sends):
+        for queue in (self.lists.wait.remote_sends, self.lists.wait.local_sends, self.lists.wait.batches):
             for prq in queue:
                 if prq.conn == conn:
                     prq.conn = None
 
-    def request(self, conn: int, rid: object, req: Request, now: float, prior: tuple[int, str] | None = None) -> None:
+    def request(self, conn: int, rid: object, req: Request, now: float, prior=None) -> None:
         """A request from a connection; `prior` is the stored outcome of a SEND's request id, if
-        the checkpoint has one (a retry after a restart). Replies go out with the next pass."""
+        the checkpoint has one (a retry after a restart): (MSG_ID, TO_ID), or for a send_many the
+        list of its entries'. Replies go out with the next pass."""
         session = self.sessions.by_conn.get(conn)
         if session is None:  # a connection of a core rebuilt after a failed pass: it is being closed
             return
@@ -150,6 +152,8 @@ class Kernel:
                 self._observe(session, rid, req)
             elif isinstance(req, Send):
                 self._send(session, rid, req, prior)
+            elif isinstance(req, SendMany):
+                self._send_many(session, rid, req, prior)
             elif isinstance(req, Recv):
                 self._recv(session, rid, req, now)
             elif isinstance(req, Confirm):
@@ -198,7 +202,7 @@ class Kernel:
                                               "connect again for another name")
         self.sessions.attach(session, pid, handler=not req.observe)
         self._fx.reply(session.conn, {"id": rid, "ok": True, "process": pid, "host": self.host,
-                                      "max_message": self.cfg.max_message, "v": 3})
+                                      "max_message": self.cfg.max_message, "v": 4})
 
     def _observe(self, session: Session, rid: object, req: Observe) -> None:
         """Copies of the messages that arrive for a name from now on, as the name's owner may."""
@@ -217,6 +221,37 @@ class Kernel:
             raise RequestError("not_permitted", why)
 
     def _send(self, session: Session, rid: object, req: Send, prior: tuple[int, str] | None) -> None:
+        self._check_send(req)
+        if prior is not None:  # a retry of a SEND already stored: its MSG_ID, not a second copy
+            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_id": prior[0], "to": prior[1]})
+            return
+        if not self._new_send(session, rid, req.req):
+            return
+        prq = self._prqblok(session, rid, req, req.req or f"{session.conn}.{rid}.{self.seqs.next}")
+        self.lists.wait.add_send(prq, host_of(req.to_id) == self.host)
+
+    def _send_many(self, session: Session, rid: object, req: SendMany, prior: list[tuple[int, str]] | None) -> None:
+        """A batch: every entry checked first (one bad entry refuses the whole batch), then one
+        PRQBLOK on WAIT_LIST that the Process-Dispatcher stores as a whole when all of it fits."""
+        for i, send in enumerate(req.sends):
+            try:
+                self._check_send(send)
+            except RequestError as e:
+                raise RequestError(e.code, f"msgs[{i}]: {e}") from None
+        if len(req.sends) > self.cfg.buffers:
+            raise RequestError("too_large", f"a batch of {len(req.sends)} messages is over the {self.cfg.buffers} "
+                                            "buffers of this host")
+        if prior:  # a retry of a batch already stored (all of it: it was one commit)
+            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_ids": [p[0] for p in prior]})
+            return
+        if not self._new_send(session, rid, req.req):
+            return
+        key = req.req or f"{session.conn}.{rid}.{self.seqs.next}"
+        batch = PRQBLOK(Op.SEND, session.conn, rid, session.name, "", req=key,
+                        batch=[self._prqblok(session, None, send, f"{key}/{i}") for i, send in enumerate(req.sends)])
+        self.lists.wait.add_batch(batch)
+
+    def _check_send(self, req: Send) -> None:
         if len(req.data) > self.cfg.max_message:
             raise RequestError("too_large", f"message of {len(req.data)} bytes is over the maximum of "
                                             f"{self.cfg.max_message}")
@@ -224,36 +259,44 @@ class Kernel:
             raise RequestError("unknown_host", f"host {host_of(req.to_id)!r} is unknown here (not a neighbour, "
                                                f"a [[route]], or a host learned from the network): TO_ID "
                                                f"{req.to_id.rstrip()!r} refused")
-        if prior is not None:  # a retry of a SEND already stored: its MSG_ID, not a second copy
-            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_id": prior[0], "to": prior[1]})
-            return
-        waiting = self.lists.wait.find_send(req.req) if req.req else None
+
+    def _new_send(self, session: Session, rid: object, req: str) -> bool:
+        """Is this a new SEND (not a retry of one still waiting, answered with it), and is there room?"""
+        waiting = self.lists.wait.find_send(req) if req else None
         if waiting is not None:  # a retry of one not yet stored
             waiting.retries.append((session.conn, rid))
-            return
+            return False
         if self.disk_full:
             raise RequestError("disk_full", f"host {self.host} has no room on its disk for new messages; "
                                             "try again later")
-        prq = PRQBLOK(Op.SEND, session.conn, rid, session.name, req.to_id, req.user_id, req.data,
-                      req=req.req or f"{session.conn}.{rid}.{self.seqs.next}", ttl=req.ttl or 0.0,
-                      flags=(RECEIPT if req.receipt else 0) | (REPLY if req.reply else 0) | (0 if req.ok else FAILED),
-                      priority=req.priority)
-        self.lists.wait.add_send(prq, host_of(req.to_id) == self.host)
+        return True
+
+    def _prqblok(self, session: Session, rid: object, req: Send, key: str) -> PRQBLOK:
+        return PRQBLOK(Op.SEND, session.conn if rid is not None else None, rid, session.name, req.to_id, req.user_id,
+                       req.data, req=key, ttl=req.ttl or 0.0, priority=req.priority,
+                       flags=(RECEIPT if req.receipt else 0) | (REPLY if req.reply else 0) | (0 if req.ok else FAILED))
 
     def _recv(self, session: Session, rid: object, req: Recv, now: float) -> None:
+        for handed in req.confirm:  # the confirms of messages handed before, carried: committed before this reply
+            if handed in session.handed:  # (one not handed is confirmed already: the RECV was asked again)
+                self._take(session, handed)
         if req.from_id and not self.known_host(host_of(req.from_id)):  # no link to that host: blank at once
             self._fx.reply(session.conn, {"id": rid, "ok": True, "msg": None})
             return
         deadline = now + req.timeout if req.timeout is not None else None
         key = session.name if req.reply_to else session.recv_key  # a reply is in its name's mailbox
         self.lists.wait.add_recv(PRQBLOK(Op.RECV, session.conn, rid, req.from_id, key, req.user_id,
-                                         wait=req.wait, deadline=deadline, reply_to=req.reply_to))
+                                         wait=req.wait, deadline=deadline, reply_to=req.reply_to, most=req.max))
 
     def _confirm(self, session: Session, rid: object, req: Confirm) -> None:
         """A process has its message: off RECV_LIST for good (the reply waits for the commit)."""
-        blk = session.handed.pop(req.rid, None)
+        self._take(session, req.rid)
+        self._fx.reply(session.conn, {"id": rid, "ok": True})
+
+    def _take(self, session: Session, rid: int) -> None:
+        blk = session.handed.pop(rid, None)
         if blk is None:
-            raise RequestError("bad_request", f"nothing handed to this connection under rid {req.rid!r}")
+            raise RequestError("bad_request", f"nothing handed to this connection under rid {rid!r}")
         self.lists.recv.remove(blk)
         self._hold_released(blk)
         fx = self._fx
@@ -263,7 +306,6 @@ class Kernel:
         self.delivery.taken(blk.to_id)
         if blk.flags & RECEIPT:
             self._taken.append(blk)  # its delivered notice is made in the pass (it needs the wall clock)
-        fx.reply(session.conn, {"id": rid, "ok": True})
 
     def _hold_released(self, blk: MSGBLOK) -> None:
         if blk.origin == self.host:

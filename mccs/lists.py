@@ -125,8 +125,10 @@ class PRQBLOK:
     wait: bool = True  # RECV: STATUS 0, wait for a message
     deadline: float | None = None  # RECV: give up (answer "nothing") at this monotonic time
     reply_to: int = 0  # RECV: take only the reply to this request (its MSG_ID)
+    most: int = 1  # RECV: hand up to this many messages at once (an unselective one)
     durable: bool = False  # SEND: stored in the checkpoint's wait_list
     retries: list[tuple[int, object]] = field(default_factory=list)  # SEND: (conn, rid) asking again meanwhile
+    batch: list["PRQBLOK"] = field(default_factory=list)  # a send_many: its SENDs, stored together or not at all
     done: bool = False  # answered: skipped where it still sits in a queue or the heap
 
     @classmethod
@@ -382,11 +384,13 @@ class RecvList:
 
 class WaitList:
     """WAIT_LIST: SENDs in arrival order per list they wait for (SEND_LIST, or RECV_LIST for a
-    local destination), RECVs per receiving process, and the RECVs' deadlines in a heap."""
+    local destination), batches of SENDs (send_many) in arrival order, RECVs per receiving process,
+    and the RECVs' deadlines in a heap."""
 
     def __init__(self):
         self.remote_sends: deque[PRQBLOK] = deque()
         self.local_sends: deque[PRQBLOK] = deque()
+        self.batches: deque[PRQBLOK] = deque()  # not kept in the checkpoint: a retry after a restart asks again
         self.fresh_sends: list[PRQBLOK] = []  # arrived since the last pass: made durable if they wait
         self.durable_sends = 0
         self.recvs: dict[str, deque[PRQBLOK]] = defaultdict(deque)
@@ -395,7 +399,8 @@ class WaitList:
         self._tiebreak = itertools.count()
 
     def __len__(self) -> int:
-        return len(self.remote_sends) + len(self.local_sends) + sum(len(q) for q in self.recvs.values())
+        return (len(self.remote_sends) + len(self.local_sends) + len(self.batches)
+                + sum(len(q) for q in self.recvs.values()))
 
     def add_send(self, prq: PRQBLOK, local: bool) -> None:
         (self.local_sends if local else self.remote_sends).append(prq)
@@ -404,6 +409,9 @@ class WaitList:
         else:
             self.fresh_sends.append(prq)
 
+    def add_batch(self, prq: PRQBLOK) -> None:
+        self.batches.append(prq)
+
     def add_recv(self, prq: PRQBLOK) -> None:
         self.recvs[prq.to_id].append(prq)
         self.dirty.add(prq.to_id)
@@ -411,7 +419,8 @@ class WaitList:
             heapq.heappush(self._deadlines, (prq.deadline, next(self._tiebreak), prq))
 
     def find_send(self, req: str) -> PRQBLOK | None:
-        return next((p for q in (self.remote_sends, self.local_sends) for p in q if p.req == req and not p.done), None)
+        queues = (self.remote_sends, self.local_sends, self.batches)
+        return next((p for q in queues for p in q if p.req == req and not p.done), None)
 
     def next_deadline(self) -> float | None:
         while self._deadlines and self._deadlines[0][2].done:

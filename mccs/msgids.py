@@ -80,6 +80,10 @@ class MsgIds:
     def full(self) -> bool:
         return len(self.in_use) >= MAX_IN_USE
 
+    def room(self, n: int) -> bool:
+        """Can `n` more messages get an id now (a batch stored as a whole)?"""
+        return len(self.in_use) + n <= MAX_IN_USE
+
     def hold(self, msg_id: int) -> None:
         """A message of this origin is on one of the lists."""
         self.in_use[msg_id] += 1

@@ -56,6 +56,15 @@ class Recv:
     wait: bool
     timeout: float | None
     reply_to: int = 0  # only the reply to this request of ours (its MSG_ID)
+    confirm: tuple[int, ...] = ()  # rids of messages handed before: confirmed first (one round trip fewer)
+    max: int = 1  # an unselective RECV may be handed up to this many messages at once (recv_many)
+
+
+@dataclass(frozen=True)
+class SendMany:
+    """SENDs stored as a whole: one commit, all or none, in their order; one reply with the MSG_IDs."""
+    sends: tuple[Send, ...]
+    req: str  # the client's random request id ("" = none given); entry i is stored as "req/i"
 
 
 @dataclass(frozen=True)
@@ -107,8 +116,10 @@ class QueueRequest:
     limit: int = LIST_MAX  # list: at most this many entries
 
 
-Request = Hello | Observe | Send | Recv | Confirm | Cancel | Status | Ping | QueueRequest
-NAMED = (Observe, Send, Recv, Confirm, Cancel)  # need a process name (hello) first
+Request = Hello | Observe | Send | SendMany | Recv | Confirm | Cancel | Status | Ping | QueueRequest
+NAMED = (Observe, Send, SendMany, Recv, Confirm, Cancel)
+BATCH_MAX = 1000  # entries in one send_many
+BATCH_BYTES = 128 << 10  # message bytes in one send_many (the frame limit of the socket follows from it)  # need a process name (hello) first
 
 
 def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, required: bool = False):
@@ -205,8 +216,37 @@ def _recv(req: dict) -> Recv:
     reply_to = _field(req, "reply_to", int, 0)
     if not 0 <= reply_to <= ID_SPACE:
         raise RequestError("bad_request", f"reply_to {reply_to} is not a MSG_ID")
+    confirm = _field(req, "confirm", (int, list), [])
+    confirm = [confirm] if isinstance(confirm, int) else confirm
+    if len(confirm) > BATCH_MAX or not all(type(rid) is int for rid in confirm):
+        raise RequestError("bad_request", f"confirm must be a rid or a list of at most {BATCH_MAX} rids")
+    most = _field(req, "max", int, 1)
+    if not 1 <= most <= BATCH_MAX:
+        raise RequestError("bad_request", f"max {most} is not within 1..{BATCH_MAX}")
+    if most > 1 and (from_id.strip() or _user_id(req) or reply_to):
+        raise RequestError("bad_request", "max is for a RECV of any message: no from, user_id or reply_to")
     return Recv(_id(from_id, "from") if from_id.strip() else "", _user_id(req), _field(req, "wait", bool, True),
-                _seconds(req, "timeout"), reply_to)
+                _seconds(req, "timeout"), reply_to, tuple(confirm), most)
+
+
+def _send_many(req: dict) -> SendMany:
+    msgs = _field(req, "msgs", list, required=True)
+    if not 1 <= len(msgs) <= BATCH_MAX:
+        raise RequestError("bad_request", f"msgs has {len(msgs)} entries: a batch has 1 to {BATCH_MAX}")
+    sends = []
+    for i, entry in enumerate(msgs):
+        try:
+            if not isinstance(entry, dict):
+                raise RequestError("bad_request", f"an entry is an object, not {type(entry).__name__}")
+            if "bin" in entry or "req" in entry:
+                raise RequestError("bad_request", "an entry has no bin or req (its data goes in data)")
+            sends.append(_send(entry))
+        except RequestError as e:
+            raise RequestError(e.code, f"msgs[{i}]: {e}") from None
+    size = sum(len(s.data) for s in sends)
+    if size > BATCH_BYTES:
+        raise RequestError("too_large", f"a batch of {size} bytes is over the maximum of {BATCH_BYTES}")
+    return SendMany(tuple(sends), _req(req))
 
 
 def parse_ref(text: str) -> Ref:
@@ -274,6 +314,7 @@ def _confirm(req: dict) -> Confirm:
 
 
 _PARSERS = {"hello": lambda req: Hello(_name(req), _field(req, "observe", bool, False)),
-            "observe": lambda req: Observe(_name(req)), "send": _send, "recv": _recv, "confirm": _confirm,
+            "observe": lambda req: Observe(_name(req)), "send": _send, "send_many": _send_many, "recv": _recv,
+            "confirm": _confirm,
             "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": _ping,
             "queue": _queue}
