@@ -9,12 +9,14 @@ the library pings the daemon and gives up, DaemonUnreachable, when the ping is n
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
 import stat
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -116,6 +118,7 @@ class Client:
         # can be handed again (after a restart), with the same key and the daemon's same rid.
         self._seen_set: set[tuple] = set()
         self._connect(connect_timeout)
+        _open_clients.add(self)  # closed at exit: the last messages' confirms are not left behind
 
     # -- connection -----------------------------------------------------------------------
     def _connect(self, budget: float) -> None:
@@ -483,6 +486,15 @@ class Client:
         if target and not reply.get("answer"):
             return None
         return Pong(reply["host"], time.monotonic() - t0, reply.get("attached"))
+
+
+_open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for client in list(_open_clients):
+        client.close()
 
 
 def connect(path: str | os.PathLike, name: str | None, **kwargs) -> Client:

@@ -137,7 +137,8 @@ def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, req
 
 def _names(kind) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true or false"}[k]
+    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true or false",
+                        list: "a list"}[k]
                        for k in kinds)
 
 

@@ -318,6 +318,7 @@ def test_msg_id_wrap_does_not_hide_a_new_message(host):
     with mccs.connect(d.config, "X") as x:
         first = x.send("AAR", b"first")
         assert r.recv(timeout=5).msg_id == first
+        assert r.recv(wait=False) is None  # carries the confirm of "first": its MSG_ID is free again
         d.stop()  # the counter jumps to the end of the id space, as 65,534 SENDs would take it
         with sqlite3.connect(d.cfg.checkpoint) as db:
             db.execute("UPDATE meta SET value = '65535' WHERE key = 'next_msg_id'")
