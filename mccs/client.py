@@ -10,7 +10,6 @@ the library pings the daemon and gives up, DaemonUnreachable, when the ping is n
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import socket
 import stat
@@ -22,7 +21,7 @@ from typing import Callable, Iterable
 
 from linedrivers.ids import IdError, host_of, process_id
 
-from .ipc import LENGTH, b64, frame, unb64
+from .ipc import CODECS, LENGTH, b64, frame, unb64, unframe
 from .requests import BATCH_BYTES, BATCH_MAX
 
 BLANK_ID = " " * 6
@@ -97,7 +96,9 @@ class Client:
     """A process's connection to its daemon, under one process name (None: administration only)."""
 
     def __init__(self, path: str | os.PathLike, name: str | None, *, observe: bool = False,
-                 connect_timeout: float = 5.0, reconnect_timeout: float = 60.0, grace: float = GRACE):
+                 connect_timeout: float = 5.0, reconnect_timeout: float = 60.0, grace: float = GRACE,
+                 codec: str = "msgpack"):
+        """`codec`: the frames' encoding wanted, used when the daemon offers it (ipc); else JSON."""
         self.path = socket_path(path)
         self.name = name
         self.observer = observe  # attached as an observer of `name`, not a handler
@@ -109,6 +110,8 @@ class Client:
         self.max_message = 128
         self.binary = False  # the daemon takes and gives large texts as they are after the JSON (ipc)
         self.carry = False  # the daemon takes a confirm in the next RECV (and send_many): protocol v4
+        self.wanted = codec
+        self.codec = "json"  # frames' bodies now
         self._sock: socket.socket | None = None
         self._rbuf = bytearray()
         self._ids = iter(range(1, 1 << 62))
@@ -144,12 +147,16 @@ class Client:
             sock.close()
             raise
         self._sock = sock
+        self.codec = "json"
         if self.name is not None:
             reply = self._exchange({"op": "hello", "name": self.name, "binary": True, "observe": self.observer})
             self.process_id, self.host = reply["process"], reply["host"]
             self.max_message = reply.get("max_message", 128)
             self.binary = reply.get("v", 2) >= 3
             self.carry = reply.get("v", 2) >= 4
+            if self.wanted != "json" and self.wanted in CODECS and self.wanted in reply.get("codecs", ()):
+                self._exchange({"op": "codec", "name": self.wanted})
+                self.codec = self.wanted
             for name in self.observing:
                 self._exchange({"op": "observe", "name": name})
 
@@ -191,10 +198,10 @@ class Client:
         att = obj.pop("_att", None)
         self._sock.settimeout(self.grace)
         if att is None:
-            self._sock.sendall(frame(obj))
+            self._sock.sendall(frame(obj, self.codec))
             return obj["id"]
         data, progress = att
-        self._sock.sendall(frame({**obj, "bin": len(data)}))
+        self._sock.sendall(frame({**obj, "bin": len(data)}, self.codec))
         view = memoryview(data)
         for offset in range(0, len(data), CHUNK):
             self._sock.sendall(view[offset:offset + CHUNK])
@@ -232,7 +239,7 @@ class Client:
         end = LENGTH.size + n
         if len(self._rbuf) < end:
             return None
-        reply = json.loads(bytes(self._rbuf[LENGTH.size:end]))
+        reply = unframe(bytes(self._rbuf[LENGTH.size:end]), self.codec)
         extra = reply.get("bin") if type(reply.get("bin")) is int else None
         if extra is not None:
             if len(self._rbuf) < end + extra:
@@ -291,6 +298,10 @@ class Client:
                 reconnect_by = reconnect_by or time.monotonic() + self.reconnect_timeout
                 self._connect(max(0.0, reconnect_by - time.monotonic()))
 
+    def _data(self, data: bytes) -> bytes | str:
+        """A message's data in a request: as it is in MessagePack, in base64 in JSON."""
+        return bytes(data) if self.codec == "msgpack" else b64(bytes(data))
+
     def _confirm_now(self) -> None:
         """The confirms not yet carried, on their own (pipelined: their replies are read on the way)."""
         while self._unconfirmed:
@@ -326,7 +337,7 @@ class Client:
 
         def make() -> dict:  # as it is after the request, if the daemon takes that (asked again after a restart)
             big = self.binary and len(data) > CHUNK // 16
-            return {**request, "_att": (data, progress)} if big else {**request, "data": b64(bytes(data))}
+            return {**request, "_att": (data, progress)} if big else {**request, "data": self._data(data)}
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             return self._call(make, deadline, "patient")["msg_id"]
@@ -352,7 +363,7 @@ class Client:
             if len(data) > self.max_message:
                 raise Refused(f"message {i}: {len(data)} bytes is over the maximum of {self.max_message}",
                               "too_large")
-            entries.append({"to": to_id, "data": b64(bytes(data)), "user_id": user_id[0] if user_id else 0,
+            entries.append({"to": to_id, "data": self._data(data), "user_id": user_id[0] if user_id else 0,
                             **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {}),
                             **({"priority": priority} if priority else {})})
         if not entries:

@@ -33,7 +33,7 @@ from .dispatcher import stored_text
 from .effects import StartProgram
 from .kernel import Kernel
 from .ipc import b64
-from .requests import Cancel, Hello, RequestError, Send, SendMany, Status
+from .requests import Cancel, Codec, Hello, RequestError, Send, SendMany, Status
 from .trace import TraceWriter
 
 log = logging.getLogger("mccs.daemon")
@@ -167,6 +167,10 @@ class Daemon:
             if isinstance(req, Status):  # administrative: answered at once, no process name needed
                 conn.answer({"id": rid, "ok": True, "status": self.status()})
                 return
+            if isinstance(req, Codec):  # the answer in the old codec, then the new one both ways
+                conn.answer({"id": rid, "ok": True, "codec": req.name})
+                conn.use(req.name)
+                return
             self.kernel.request(conn.id, rid, req, time.monotonic(), self._prior(req))
         self.wake()
 
@@ -188,10 +192,12 @@ class Daemon:
 
     # -- waking the loop ----------------------------------------------------------------------
     def wake(self) -> None:
-        """Something changed: run one pass soon (once, however many things changed)."""
+        """Something changed: run one pass soon (once, however many things changed). Group
+        commit: the pass waits one more turn of the loop, so the requests of the processes
+        answered by the last pass, ready by then, share its commit (BENCHMARKS.md, issue 15)."""
         if not self._pass_pending:
             self._pass_pending = True
-            self.loop.call_soon(self.run_pass)
+            self.loop.call_soon(self.loop.call_soon, self.run_pass)
 
     def _wake_at(self, when: float) -> None:
         """Run a pass at monotonic time `when` (a RECV timeout or a line timer)."""

@@ -5,6 +5,10 @@ right after the JSON: the object then says `"bin": n` (n bytes follow, not count
 length). A client that says `"binary": true` in its hello gets large messages that way. Every
 request may carry an `id` that its reply echoes, so the client can tell a late reply from the
 one it waits for.
+
+A connection may switch to MessagePack (`{"op": "codec", "name": "msgpack"}`, when the daemon
+offers it in its hello reply): from the reply on, every frame's body is a MessagePack map in
+both directions, and a request's `data` may be bytes as they are.
 """
 from __future__ import annotations
 
@@ -13,16 +17,35 @@ import binascii
 import json
 import struct
 
+try:
+    import msgpack
+except ImportError:  # JSON only
+    msgpack = None
+
 LENGTH = struct.Struct(">I")
+CODECS = ("json", "msgpack") if msgpack is not None else ("json",)
+_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 class FrameError(ValueError):
     """A request that cannot be read: the connection gets an error reply."""
 
 
-def frame(obj: dict) -> bytes:
-    body = json.dumps(obj, separators=(",", ":")).encode()
+def frame(obj: dict, codec: str = "json") -> bytes:
+    body = msgpack.packb(obj) if codec == "msgpack" else _JSON.encode(obj).encode()
     return LENGTH.pack(len(body)) + body
+
+
+def unframe(body: bytes, codec: str = "json"):
+    """A frame's body as an object; ValueError (or RecursionError) if it is not one."""
+    if codec != "msgpack":
+        return json.loads(body)
+    try:
+        return msgpack.unpackb(body)
+    except RecursionError:
+        raise
+    except Exception as e:  # msgpack's errors have no common base but Exception
+        raise ValueError(f"not MessagePack: {e}") from None
 
 
 class Deframer:
@@ -31,6 +54,7 @@ class Deframer:
 
     def __init__(self, limit: int, bin_limit: int = 0):
         self.limit, self.bin_limit = limit, bin_limit
+        self.codec = "json"  # switched by the connection when its client asks (op codec)
         self._buf = bytearray()
         self._pending: dict | None = None  # an object whose attachment is still coming
         self._att = bytearray()
@@ -50,9 +74,9 @@ class Deframer:
             body = bytes(self._buf[4:4 + n])
             del self._buf[:4 + n]
             try:
-                obj = json.loads(body)
+                obj = unframe(body, self.codec)
                 if not isinstance(obj, dict):
-                    raise ValueError("not a JSON object")
+                    raise ValueError("not an object")
             except (ValueError, UnicodeDecodeError) as e:
                 out.append(FrameError(f"malformed request: {e}"))
             except RecursionError:

@@ -27,6 +27,7 @@ from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, Lists, Op, Sequence
 from .machine import LineMachine, make_machine
 from .envelope import FAILED, RECEIPT, REPLY, VOID
+from .ipc import CODECS
 from .epochs import PeerEpochs
 from .msgids import KeyWindow, MsgIds
 from .notices import NAME as NOTICE_NAME
@@ -202,7 +203,7 @@ class Kernel:
                                               "connect again for another name")
         self.sessions.attach(session, pid, handler=not req.observe)
         self._fx.reply(session.conn, {"id": rid, "ok": True, "process": pid, "host": self.host,
-                                      "max_message": self.cfg.max_message, "v": 4})
+                                      "max_message": self.cfg.max_message, "v": 4, "codecs": list(CODECS)})
 
     def _observe(self, session: Session, rid: object, req: Observe) -> None:
         """Copies of the messages that arrive for a name from now on, as the name's owner may."""

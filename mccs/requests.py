@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from linedrivers.ids import IdError, check_host_id, process_id, process_name
 
 from .envelope import PRIORITY_MAX
+from .ipc import CODECS
 from .msgids import ID_SPACE
 
 
@@ -83,6 +84,12 @@ class Status:
 
 
 @dataclass(frozen=True)
+class Codec:
+    """Frames in `name` from the reply on (ipc): answered by the shell at once."""
+    name: str
+
+
+@dataclass(frozen=True)
 class Ping:
     """No host: is the daemon there? A host: a round trip to its daemon, which says whether process
     `name` is attached there (mccs.control)."""
@@ -116,7 +123,7 @@ class QueueRequest:
     limit: int = LIST_MAX  # list: at most this many entries
 
 
-Request = Hello | Observe | Send | SendMany | Recv | Confirm | Cancel | Status | Ping | QueueRequest
+Request = Hello | Observe | Send | SendMany | Recv | Confirm | Cancel | Status | Codec | Ping | QueueRequest
 NAMED = (Observe, Send, SendMany, Recv, Confirm, Cancel)
 BATCH_MAX = 1000  # entries in one send_many
 BATCH_BYTES = 128 << 10  # message bytes in one send_many (the frame limit of the socket follows from it)  # need a process name (hello) first
@@ -161,6 +168,8 @@ def _data(req: dict) -> bytes:
         if not isinstance(req["bin"], (bytes, bytearray)) or "data" in req:
             raise RequestError("bad_request", "bin must be the size of the data that follows, and no data field")
         return req["bin"]
+    if isinstance(req.get("data"), bytes):  # MessagePack: as it is
+        return req["data"]
     try:
         return base64.b64decode(_field(req, "data", str, ""), validate=True)
     except (binascii.Error, ValueError) as e:
@@ -310,6 +319,13 @@ def _ping(req: dict) -> Ping:
     return Ping(host, name, 5.0 if timeout is None else min(timeout, 3600.0))
 
 
+def _codec(req: dict) -> Codec:
+    name = _field(req, "name", str, required=True)
+    if name not in CODECS:
+        raise RequestError("bad_request", f"codec {name!r} is not offered here ({', '.join(CODECS)})")
+    return Codec(name)
+
+
 def _confirm(req: dict) -> Confirm:
     return Confirm(_field(req, "rid", int, required=True))
 
@@ -317,5 +333,5 @@ def _confirm(req: dict) -> Confirm:
 _PARSERS = {"hello": lambda req: Hello(_name(req), _field(req, "observe", bool, False)),
             "observe": lambda req: Observe(_name(req)), "send": _send, "send_many": _send_many, "recv": _recv,
             "confirm": _confirm,
-            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "ping": _ping,
+            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "codec": _codec, "ping": _ping,
             "queue": _queue}

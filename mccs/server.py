@@ -109,7 +109,11 @@ class Connection(asyncio.Protocol):
         self._serve()
 
     def send(self, body: dict) -> None:
-        self._write(frame(body))
+        self._write(frame(body, self.deframer.codec))
+
+    def use(self, codec: str) -> None:
+        """Frames after this one are in `codec` both ways (the client waits for our answer)."""
+        self.deframer.codec = codec
 
     def _write(self, data: bytes) -> None:
         if self.closed or self.transport is None:

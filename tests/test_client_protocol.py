@@ -3,17 +3,17 @@ RECV that carries the confirms of the messages handed before, send_many (one req
 commit, all or none) and recv_many; exactly once across a killed process and a killed daemon."""
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 import threading
 import time
 
+import msgpack
 import pytest
 
 import mccs
-from mccs.ipc import LENGTH, b64, frame
+from mccs.ipc import LENGTH, b64, frame, unframe
 from mccs.testbed.hosts import DaemonProcess, wait_until, write_config
 
 pytestmark = pytest.mark.timeout(90)
@@ -46,10 +46,12 @@ def _raw(d: DaemonProcess, name: str = "R") -> socket.socket:
     return sock
 
 
-def _ask(sock: socket.socket, request: dict) -> dict:
-    sock.sendall(frame(request))
+def _ask(sock: socket.socket, request: dict | bytes, codec: str = "json") -> dict:
+    """A request (an object, or a frame's body as it is) and its reply."""
+    body = request if isinstance(request, bytes) else frame(request, codec)[LENGTH.size:]
+    sock.sendall(LENGTH.pack(len(body)) + body)
     (n,) = LENGTH.unpack(sock.recv(LENGTH.size, socket.MSG_WAITALL))
-    return json.loads(sock.recv(n, socket.MSG_WAITALL))
+    return unframe(sock.recv(n, socket.MSG_WAITALL), codec)
 
 
 # -- a RECV carries the confirm ------------------------------------------------------------------
@@ -131,15 +133,16 @@ def test_process_killed_between_recvs_gets_the_message_again(host):
     assert _status(d)["lists"]["recv"] == 0
 
 
-@pytest.mark.parametrize("many", [False, True])
-def test_daemon_killed_between_recvs_loses_nothing_and_repeats_nothing(host, many):
+@pytest.mark.parametrize("many,codec", [(False, "msgpack"), (True, "msgpack"), (False, "json")])
+def test_daemon_killed_between_recvs_loses_nothing_and_repeats_nothing(host, many, codec):
     """kill -9 of the daemon while messages are handed and unconfirmed: after the restart the
     library gets them again and drops what it returned; every message exactly once."""
     d = host()
     sent = [b"m%d" % k for k in range(12)]
     with mccs.connect(d.config, "S") as s:
         assert s.send_many([("AAR", m) for m in sent]) == list(range(1, 13))
-    with mccs.connect(d.config, "R", reconnect_timeout=30) as r:
+    with mccs.connect(d.config, "R", reconnect_timeout=30, codec=codec) as r:
+        assert r.codec == codec
         take = (lambda: r.recv_many(3, timeout=10)) if many else (lambda: [r.recv(timeout=10)])
         got = take() + take()
         d.restart()  # kill -9, then start
@@ -236,3 +239,34 @@ def test_recv_many(host):
         assert _status(d)["lists"]["recv"] == 0
         t0 = time.monotonic()
         assert r.recv_many(10, timeout=0.3) == [] and time.monotonic() - t0 >= 0.3
+
+
+# -- MessagePack frames --------------------------------------------------------------------------
+def test_msgpack_and_json_clients_side_by_side(host):
+    d = host()
+    data = bytes(range(256))[:128]
+    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R", codec="json") as r:
+        assert (s.codec, r.codec) == ("msgpack", "json")
+        ids = [s.send("AAR", data, 5), *s.send_many([("AAR", data[::-1])])]
+        got = [r.recv(timeout=5) for _ in ids]
+        assert [(m.msg_id, m.data) for m in got] == [(ids[0], data), (ids[1], data[::-1])]
+        r.send("AAS", data)
+        assert s.recv(timeout=5).data == data
+
+
+def test_msgpack_by_hand(host):
+    """The switch, MessagePack requests with data as it is, and what is refused: an unknown codec,
+    a body that is not MessagePack, not a map, or data that is neither bytes nor base64."""
+    d = host()
+    sock = _raw(d, "S")
+    assert _ask(sock, {"op": "codec", "name": "cbor", "id": 1})["code"] == "bad_request"
+    assert _ask(sock, {"op": "codec", "name": "msgpack", "id": 2}) == {"id": 2, "ok": True, "codec": "msgpack"}
+    assert _ask(sock, {"op": "send", "to": "AAR", "data": b"\x00raw", "id": 3}, "msgpack")["msg_id"] == 1
+    for body, says in ((b"\xc1", "malformed request"), (msgpack.packb([1, 2]), "not an object"),
+                       (msgpack.packb({"op": "send", "to": "AAR", "data": 5}), "data must be a string")):
+        reply = _ask(sock, body, "msgpack")
+        assert reply["ok"] is False and says in reply["error"], reply
+    assert _ask(sock, {"op": "recv", "id": 4, "wait": False}, "msgpack")["msg"] is None  # S has nothing
+    sock.close()
+    with mccs.connect(d.config, "R", codec="json") as r:
+        assert r.recv(timeout=5).data == b"\x00raw" and r.recv(wait=False) is None

@@ -191,6 +191,7 @@ def test_purging_a_large_message_in_transfer_corrupts_nothing(tmp_path):
             assert done.returncode == 0 and f"AA/{msg_id}: purg" in done.stdout, done.stderr
             about = json.loads(p.recv(from_id="AAMCCS", user_id=msg_id, timeout=20).data)
             assert about["notice"] == "undeliverable"
+            assert p.recv(from_id="AAMCCS", wait=False) is None  # carries the notice's confirm
             assert _entries(a) == {}
             after = p.send("BBR", b"next")  # the line goes on
             got = r.recv(timeout=30)
