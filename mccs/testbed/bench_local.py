@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import platform
+import resource
 import sqlite3
 import statistics
 import tempfile
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.procstat import cpu_seconds
 
 
 def raw_commit_rate(path: Path, seconds: float = 2.0) -> float:
@@ -81,6 +83,12 @@ def message_rate(send_config: Path, recv_config: Path, recv_host: str, pairs: in
     return pairs * count / (t1 - t0)
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of the ended child processes (the senders and receivers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _commits(config: Path) -> int:
     """Commits the daemon has made since it started."""
     import mccs
@@ -101,15 +109,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="mccs-bench-") as tmp:
         tmp = Path(tmp)
-        rates, raws, batches = [], [], []
+        rates, raws, batches, daemon_cpu, client_cpu = [], [], [], [], []
+        n = args.pairs * args.messages
         for i in range(args.runs):
             raws.append(raw_commit_rate(tmp / f"raw{i}.db"))
             config = write_config(tmp / f"run{i}", "AA", [], synchronous=args.synchronous)
-            with DaemonProcess(config):
+            with DaemonProcess(config) as daemon:
+                cpu0, kids0 = cpu_seconds(daemon.proc.pid), _children_cpu()
                 rates.append(message_rate(config, config, "AA", args.pairs, args.messages, batch=args.send_many))
-                batches.append(args.pairs * args.messages / _commits(config))
+                daemon_cpu.append(1e6 * (cpu_seconds(daemon.proc.pid) - cpu0) / n)
+                client_cpu.append(1e6 * (_children_cpu() - kids0) / n)
+                batches.append(n / _commits(config))
             print(f"run {i + 1}: {rates[-1]:8.0f} msg/s   raw SQLite {raws[-1]:8.0f} commits/s   "
-                  f"ratio {rates[-1] / raws[-1]:.2f}   {batches[-1]:.2f} messages a commit")
+                  f"ratio {rates[-1] / raws[-1]:.2f}   {batches[-1]:.2f} messages a commit   CPU a message: "
+                  f"daemon {daemon_cpu[-1]:.0f} us, processes {client_cpu[-1]:.0f} us")
     rate, raw = statistics.median(rates), statistics.median(raws)
     print(f"\nmccs bench local ({platform.node()}, {mp.cpu_count()} cores, Python {platform.python_version()}, "
           f"synchronous={args.synchronous}, {args.pairs}+{args.pairs} processes, "
@@ -121,4 +134,6 @@ def run(args: argparse.Namespace) -> int:
           "(median of the runs' own ratios; target >= 1.0)")
     print(f"  group commit:         {statistics.median(batches):8.2f} messages a commit "
           "(each message is stored by its SEND, taken off by the confirm its next RECV carries)")
+    print(f"  CPU a message:        {statistics.median(daemon_cpu):8.0f} us in the daemon, "
+          f"{statistics.median(client_cpu):.0f} us in the sending and receiving processes (user + system)")
     return 0
