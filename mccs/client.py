@@ -97,8 +97,11 @@ class Client:
 
     def __init__(self, path: str | os.PathLike, name: str | None, *, observe: bool = False,
                  connect_timeout: float = 5.0, reconnect_timeout: float = 60.0, grace: float = GRACE,
-                 codec: str = "msgpack"):
-        """`codec`: the frames' encoding wanted, used when the daemon offers it (ipc); else JSON."""
+                 codec: str = "msgpack", carry_confirms: bool = False):
+        """`codec`: the frames' encoding wanted, used when the daemon offers it (ipc); else JSON.
+        `carry_confirms`: a message received is confirmed by the next request (a RECV carries it),
+        one request fewer a message; a process that dies before its next request gets its last
+        messages again. By default each is confirmed as recv() returns it, as before."""
         self.path = socket_path(path)
         self.name = name
         self.observer = observe  # attached as an observer of `name`, not a handler
@@ -110,6 +113,7 @@ class Client:
         self.max_message = 128
         self.binary = False  # the daemon takes and gives large texts as they are after the JSON (ipc)
         self.carry = False  # the daemon takes a confirm in the next RECV (and send_many): protocol v4
+        self.carry_confirms = carry_confirms
         self.wanted = codec
         self.codec = "json"  # frames' bodies now
         self._sock: socket.socket | None = None
@@ -379,8 +383,8 @@ class Client:
              timeout: float | None = None, *, reply_to: int = 0) -> Message | None:
         """RECV: the first message for this process matching FROM_ID and USER_ID, or None; or a
         copy, for an observer (`copy`); with `reply_to`, only the reply to our request of that
-        MSG_ID (replies are taken no other way). The message is confirmed (taken off RECV_LIST)
-        by the next request, which carries the confirm, or by close()."""
+        MSG_ID (replies are taken no other way). The message is confirmed (taken off RECV_LIST) as
+        it is returned, or, with `carry_confirms`, by the next request or close()."""
         if from_id.strip():
             try:
                 from_id = process_id(from_id)
@@ -420,7 +424,7 @@ class Client:
                 return []
             msgs = [self._message(got, reply.get("bin") if i == 0 else None)
                     for i, got in enumerate([reply["msg"], *reply.get("more", ())])]
-            if not self.carry:  # an older daemon: the confirm goes now, on its own
+            if not (self.carry and self.carry_confirms):  # the confirms go now, on their own (pipelined)
                 try:
                     self._confirm_now()
                 except OSError:  # the daemon went away after handing it: it hands it again, we drop that copy

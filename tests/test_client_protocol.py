@@ -59,7 +59,7 @@ def test_recv_carries_the_previous_confirm(host):
     """One request per message received: no confirm of its own, and each message is off RECV_LIST
     once the next RECV has been answered."""
     d = host()
-    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R") as r:
+    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R", carry_confirms=True) as r:
         for k in range(10):
             s.send("AAR", b"m%d" % k)
         before = _status(d)["counters"]["requests"]
@@ -77,7 +77,7 @@ def test_other_requests_and_close_confirm_too(host):
     with mccs.connect(d.config, "S") as s:
         s.send("AAR", b"one")
         s.send("AAR", b"two")
-    r = mccs.connect(d.config, "R")
+    r = mccs.connect(d.config, "R", carry_confirms=True)
     assert r.recv(timeout=5).data == b"one"
     r.send("AAX", b"a send confirms on its way")
     wait_until(lambda: _status(d)["lists"]["recv"] == 2, 5, "the confirm sent before the SEND")  # two + X's
@@ -109,39 +109,44 @@ def test_a_carried_confirm_by_hand_and_a_stale_one(host):
 
 WORKER = """
 import sys, mccs
-c = mccs.connect(sys.argv[1], "R")
+c = mccs.connect(sys.argv[1], "R", carry_confirms=sys.argv[2] == "carry")
 print(c.recv(timeout=10).data.decode(), flush=True)
 sys.stdin.read()  # killed here, between this RECV and the next
 """
 
 
-def test_process_killed_between_recvs_gets_the_message_again(host):
+@pytest.mark.parametrize("carry", [True, False])
+def test_process_killed_between_recvs(host, carry):
+    """With carried confirms, the message returned last is handed again after the process is
+    killed before its next request; by default it was confirmed as recv() returned it: never again."""
     d = host()
     with mccs.connect(d.config, "S") as s:
         s.send("AAR", b"first")
         s.send("AAR", b"second")
-    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(d.config)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE)
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(d.config), "carry" if carry else "at once"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert worker.stdout.readline() == b"first\n"
     finally:
         worker.kill()  # kill -9
         worker.wait()
     with mccs.connect(d.config, "R") as r:
-        assert [r.recv(timeout=5).data for _ in range(2)] == [b"first", b"second"]
+        again = [b"first"] if carry else []
+        assert [r.recv(timeout=5).data for _ in range(len(again) + 1)] == again + [b"second"]
         assert r.recv(wait=False) is None
     assert _status(d)["lists"]["recv"] == 0
 
 
-@pytest.mark.parametrize("many,codec", [(False, "msgpack"), (True, "msgpack"), (False, "json")])
-def test_daemon_killed_between_recvs_loses_nothing_and_repeats_nothing(host, many, codec):
+@pytest.mark.parametrize("many,codec,carry", [(False, "msgpack", True), (True, "msgpack", True),
+                                              (False, "json", False), (True, "msgpack", False)])
+def test_daemon_killed_between_recvs_loses_nothing_and_repeats_nothing(host, many, codec, carry):
     """kill -9 of the daemon while messages are handed and unconfirmed: after the restart the
     library gets them again and drops what it returned; every message exactly once."""
     d = host()
     sent = [b"m%d" % k for k in range(12)]
     with mccs.connect(d.config, "S") as s:
         assert s.send_many([("AAR", m) for m in sent]) == list(range(1, 13))
-    with mccs.connect(d.config, "R", reconnect_timeout=30, codec=codec) as r:
+    with mccs.connect(d.config, "R", reconnect_timeout=30, codec=codec, carry_confirms=carry) as r:
         assert r.codec == codec
         take = (lambda: r.recv_many(3, timeout=10)) if many else (lambda: [r.recv(timeout=10)])
         got = take() + take()
@@ -196,7 +201,7 @@ def test_send_many_waits_for_room_for_all_of_it(host):
     """buffers = 4, two messages on RECV_LIST: a batch of three waits whole on WAIT_LIST until a
     message is taken, then is stored whole; a batch over the buffers is refused."""
     d = host(buffers=4)
-    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R") as r:
+    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R", carry_confirms=True) as r:
         s.send("AAR", b"one")
         s.send("AAR", b"two")
         with pytest.raises(mccs.Refused) as e:

@@ -50,9 +50,10 @@ def _sender(config, name, to_id, count, size, batch, start, out):
 
 
 def _receiver(config, name, count, batch, start, out):
-    """`count` messages, one a RECV, or up to `batch` a recv_many."""
+    """`count` messages, one a RECV, or up to `batch` a recv_many; each RECV carries the confirms
+    of the messages before."""
     import mccs
-    with mccs.connect(config, name) as c:
+    with mccs.connect(config, name, carry_confirms=True) as c:
         start.wait()
         got = 0
         while got < count:
