@@ -19,6 +19,7 @@ from .effects import TraceEvent
 log = logging.getLogger("mccs.trace")
 
 VERSION = 1
+_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps would build one an event
 
 
 class TraceWriter:
@@ -56,7 +57,7 @@ class TraceWriter:
         event = {"v": VERSION, "ts": round(time.time(), 6), "host": self.host, "line": ev.line,
                  "proto": ev.proto, "type": ev.type, "kind": ev.kind}
         event.update((k, v) for k, v in ev.fields.items() if v is not None)
-        self._pending.append((json.dumps(event, separators=(",", ":")) + "\n").encode())
+        self._pending.append((_JSON.encode(event) + "\n").encode())
 
     def _write(self, data: bytes) -> None:
         if self._fd is None or self._size >= self.max_bytes:
