@@ -34,6 +34,7 @@ class BscReceiver:
             self.counters["wacks"] += 1
             self._tx("WACK")
         else:
+            self._holdoff = 0.0  # the peer that asked for the line by RVI has taken it: ours when it ends
             self._enter_receive("ACK0")
 
     def _enter_receive(self, reply: str) -> None:
@@ -138,7 +139,7 @@ class BscReceiver:
             self._wack_ack = ack
         elif final and self._queue and not self._rvi_sent and self._rx_blocks >= RVI_AFTER:
             self.counters["rvis"] += 1
-            self._rvi_sent = True
+            self._rvi_sent = self._peer_waits = True  # our transmission after it holds only HANDOVER
             self._reply("RVI")
         else:
             self._reply(ack)

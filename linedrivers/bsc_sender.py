@@ -8,6 +8,10 @@ from .bsc_states import ON_BID_REPLY, ON_REPLY, ON_TIMER, Phase, Reply, State
 from .events import MessageAcked
 
 ACK = ("ACK0", "ACK1")
+#: How long a transmission is held for more (Phase.HOLD) when the peer has asked for the line
+#: (we answered its blocks RVI, so it gave the line up with messages of its own still waiting):
+#: long enough for our owner to hand over the next image of a run, no longer, then EOT.
+HANDOVER = 0.05
 
 
 class BscSender:
@@ -24,7 +28,8 @@ class BscSender:
         self._parity = 1         # ACK1 or ACK0 expected for the block in flight
         self._sent = 0           # blocks sent in this transmission
         self._rvi = False        # the peer asked for the line: EOT after this message
-        self._holdoff = 0.0      # after RVI, leave the next bid to the peer until then
+        self._holdoff = 0.0      # after RVI, leave the next bid to the peer until then (or its bid)
+        self._peer_waits = False # we answered RVI: the peer gave up the line with messages waiting
 
     # --- bidding --------------------------------------------------------------------------
     def _bid(self, now: float) -> None:
@@ -82,7 +87,8 @@ class BscSender:
                 return
             if not self._queue:
                 if self._sent:  # more may be handed over any moment: hold the line for it
-                    self._phase, self._deadline = Phase.HOLD, now + self.ttd_timeout
+                    hold = HANDOVER if self._peer_waits else self.ttd_timeout
+                    self._phase, self._deadline = Phase.HOLD, now + hold
                 else:
                     self._finish(now)
                 return
@@ -107,6 +113,7 @@ class BscSender:
     def _finish(self, now: float, holdoff: bool = False) -> None:
         self._tx("EOT")
         self._state, self._phase, self._deadline = State.CONTROL, None, None
+        self._peer_waits = False
         self._holdoff = now + self.reply_timeout if holdoff else 0.0
 
     def _enq(self, now: float) -> None:
@@ -208,6 +215,9 @@ class BscSender:
     def _hold_over(self, now: float) -> None:
         if self._queue:
             self._next(now)
+            return
+        if self._peer_waits:  # the line goes back to the peer that asked for it at once, no TTD
+            self._finish(now)
             return
         self.counters["ttds"] += 1
         self._phase = Phase.TTD

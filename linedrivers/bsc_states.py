@@ -30,7 +30,8 @@ block earns, OLD_ACK the other one (the previous block's answer).
     PAUSE       yield and answer           .                .       .             .
 
     timer:  BID: bid again (a retry)   PAUSE: bid   AUTH: proof block again   REPLY, ENQ, WACKENQ: ENQ
-            WACK: ENQ (phase WACKENQ)   HOLD: next block, or TTD   TTD: EOT
+            WACK: ENQ (phase WACKENQ)   HOLD: next block, or TTD (EOT when the peer
+            asked for the line by RVI: then HOLD lasts only bsc_sender.HANDOVER)   TTD: EOT
 
 (`.`: ignored. Every retry counts against the retry limit; past it the line goes DOWN.)
 """

@@ -2,12 +2,15 @@
 
 A line's port can fail at any time (a USB adapter pulled, the other end of a pty closed,
 a socket dropped), and a daemon must outlive that: SerialPort opens the port on its own
-thread, retrying with exponential back-off, reads without busy-waiting, writes from a
-queue so the caller never blocks, and when the port is lost reports it and reopens.
+thread, retrying with exponential back-off, reads without busy-waiting, writes without
+ever blocking the caller (straight to a native port when nothing waits before the bytes and
+the port takes them, else from a queue on its own thread), and when the port is lost reports
+it and reopens.
 """
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -38,7 +41,7 @@ class SerialPort:
     """One serial port by pyserial name or URL; see the module docstring.
 
     on_data(data, now) and raw_hook("rx", data, now) run on the reader thread,
-    raw_hook("tx", data, now) on the writer thread, on_state(open, reason) on the reader
+    raw_hook("tx", data, now) on the thread that wrote the bytes, on_state(open, reason) on the reader
     thread. `now` is time.monotonic().
     """
 
@@ -60,6 +63,7 @@ class SerialPort:
         self._port: serial.SerialBase | None = None
         self._lock = threading.Lock()
         self._out: queue.SimpleQueue = queue.SimpleQueue()
+        self._queued = 0  # writes in _out or being written by the writer thread (under _lock)
         self._stop = threading.Event()
         self._write_error = ""
         self._generation = 0  # bumped at every open: bytes queued for a lost port are dropped
@@ -78,13 +82,34 @@ class SerialPort:
         return self
 
     def write(self, data: bytes) -> None:
-        """Queue bytes for the line; never blocks. While the port is closed they are dropped."""
+        """Send bytes; never blocks. While the port is closed they are dropped. With nothing
+        queued before them, what a native port takes at once is written here: a stop-and-wait
+        line waits for every answer, and a hand-over to the writer thread costs it each time."""
         if not data:
             return
         if self._port is None:
             self.counters["dropped_out"] += len(data)
             return
-        self._out.put((self._generation, bytes(data)))
+        with self._lock:
+            if not self._queued:
+                data = self._write_now(data)
+            if data:
+                self._queued += 1
+                self._out.put((self._generation, bytes(data)))
+
+    def _write_now(self, data: bytes) -> bytes:
+        """Write what the port's non-blocking descriptor takes (under _lock); return the rest."""
+        fd = getattr(self._port, "fd", None)  # posix serial.Serial; URL ports have none
+        if not isinstance(fd, int):
+            return data
+        try:
+            n = os.write(fd, data)
+        except OSError:  # full (BlockingIOError) or failing: the writer thread tries and reports
+            return data
+        self.counters["bytes_out"] += n
+        if self.raw_hook:
+            self.raw_hook("tx", bytes(data[:n]), time.monotonic())
+        return data[n:]
 
     def close(self) -> None:
         """Stop both threads and close the port."""
@@ -189,6 +214,8 @@ class SerialPort:
                     break
             closing = items[-1] is None  # close(): write what came before it, then stop
             self._write_out(items[:-1] if closing else items)
+            with self._lock:
+                self._queued -= len(items) - closing
             if closing:
                 return
 

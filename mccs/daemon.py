@@ -134,7 +134,9 @@ class Daemon:
 
     # -- inputs -------------------------------------------------------------------------------
     def _line_data(self, peer: str, data: bytes, now: float) -> None:
-        if self.kernel.line_data(peer, data, now):
+        more = self.kernel.line_data(peer, data, now)
+        self.ports[peer].write(self.kernel.line_answers(peer))
+        if more:
             self.wake()
 
     def _port_state(self, peer: str, is_open: bool, why: str) -> None:

@@ -180,6 +180,10 @@ class Kernel:
         """Bytes from a line; True when they made something for a pass to do (see Lines.data)."""
         return self.lines.data(peer, data, now)
 
+    def line_answers(self, peer: str) -> bytes:
+        """What the line's machine answered to those bytes, for the shell to write now (see Lines.answers)."""
+        return self.lines.answers(peer)
+
     def program_exited(self, pid: str, code: int, now: float) -> None:
         """A program the shell started for process `pid` (Effects.starts) has ended."""
         self.delivery.exited(pid, code, now)

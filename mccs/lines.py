@@ -197,6 +197,13 @@ class Lines:
         lcb.backlog += lcb.machine.events()
         return bool(lcb.backlog)
 
+    def answers(self, peer: str) -> bytes:
+        """The bytes the line's machine made from the data just fed: the shell writes them at
+        once, not after the next pass, since a stop-and-wait line loses that time on every
+        block. Safe because no machine sends what needs the checkpoint first: the answer to a
+        message waits for confirm(), which only a pass makes, after its commit."""
+        return self.lcbs[peer].machine.data_to_send()
+
     def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
         lcb = self.lcbs[peer]
         lcb.port_open = is_open

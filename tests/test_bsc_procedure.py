@@ -325,6 +325,24 @@ def test_rvi_ends_the_transmission_and_gives_the_line_over(monkeypatch):
     assert [e.image for e in d.of("a", MessageReceived)] == [img("BB", 9)]
 
 
+def test_after_rvi_the_line_comes_back_without_a_hold_or_holdoff(monkeypatch):
+    """The station that asked for the line by RVI sends what it has and gives the line back
+    after bsc_sender.HANDOVER (no TTD, no 2 s hold); the other bids as soon as its EOT comes,
+    not after the reply timeout it waits when the peer never takes the line."""
+    from linedrivers import bsc_receiver, bsc_sender
+    monkeypatch.setattr(bsc_receiver, "RVI_AFTER", 2)
+    d = Duo().signed_on()
+    for n in range(4):
+        d.m["a"].send(img("AA", n))
+    d.m["b"].send(img("BB", 9))
+    d.m["a"].handle_timeout(d.now)
+    d.run(2 * bsc_sender.HANDOVER)
+    assert d.tx("b")[:6] == ["ACK0", "ACK1", "RVI", "ENQ", "ETX", "EOT"]
+    assert d.tx("a")[:4] == ["ENQ", "ETX", "ETX", "EOT"] and d.tx("a")[4:8] == ["ACK0", "ACK1", "ENQ", "ETX"]
+    assert [e.image for e in d.of("b", MessageReceived)] == [img("AA", n) for n in range(4)]
+    assert "TTD" not in d.tx("b")
+
+
 @pytest.mark.parametrize("primary", ["a", "b"])
 def test_bid_collision_primary_wins(primary):
     roles = {"a": "primary" if primary == "a" else "secondary"}

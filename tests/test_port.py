@@ -1,4 +1,5 @@
 """linedrivers.port.SerialPort over real ptys (mccs.testbed.vserial) and pyserial URLs."""
+import os
 import queue
 import socket
 import time
@@ -165,3 +166,30 @@ def test_bytes_written_just_before_close_still_leave(line):
         a.close()
         assert rb.wait_data(8) == b"sign-off"
         assert a.counters["bytes_out"] == 8
+
+
+@pytest.mark.timeout(30)
+def test_writes_keep_their_order_when_the_port_fills():
+    """Many writes while nobody reads the far end: the first go straight into the pty, the rest
+    queue for the writer thread once it is full, and the far end gets every byte in order."""
+    master, slave = os.openpty()
+    try:
+        rec = Recorder()
+        with rec.port(os.ttyname(slave)) as a:
+            assert rec.wait_state() == (True, "open")
+            chunks = [bytes([n % 251]) * 997 for n in range(400)]  # ~400 KB: more than a pty holds
+            for c in chunks:
+                a.write(c)
+            assert a._queued > 0  # the pty filled, so the rest went through the writer thread
+            got, want = bytearray(), b"".join(chunks)
+            while len(got) < len(want):
+                got += os.read(master, 65536)
+            assert got == want
+            end = time.monotonic() + 5
+            while a.counters["bytes_out"] < len(want) and time.monotonic() < end:
+                time.sleep(0.01)
+            assert a.counters["bytes_out"] == len(want)
+            assert b"".join(d for direction, d, _ in rec.raw if direction == "tx") == want
+    finally:
+        os.close(master)
+        os.close(slave)
