@@ -235,3 +235,18 @@ def test_loopback_traces_agree_with_its_verdict(spark, tmp_path):
     counted = {"crc_failures": v["crc_errors"], "retransmissions": v["retransmissions"], "timeouts": v["timeouts"]}
     assert all(counted[k] <= traced[k] <= counted[k] + 2 for k in traced), (traced, counted)
     assert traced["crc_failures"] > 0
+
+
+@pytest.mark.timeout(180)
+def test_bench_ceiling_scans_read_every_event_of_both_forms(spark, traces, tmp_path):
+    """`mccs bench analyze` sets the analysis against bare and full Spark scans of the same files."""
+    from mccs.analytics.spark import compact
+    from mccs.testbed.bench_analyze import scans
+    root, answers = traces
+    events = answers["input"]["events"]
+    compact(spark, [root], str(tmp_path / "parquet"))
+    for form, path in (("jsonl", Path(root)), ("parquet", tmp_path / "parquet")):
+        seconds = scans(spark, form, path, events)
+        assert set(seconds) == {"count", "parse"} and all(s > 0 for s in seconds.values())
+    with pytest.raises(RuntimeError, match="counted"):
+        scans(spark, "jsonl", Path(root), events + 1)
