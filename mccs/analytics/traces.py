@@ -17,6 +17,8 @@ FIELDS = (("v", "long"), ("ts", "double"), ("host", "string"), ("line", "string"
           ("msg_id", "long"), ("from_id", "string"), ("to_id", "string"), ("user_id", "long"),
           ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"),
           ("hops", "long"), ("via", "string"), ("reason", "string"), ("notice", "string"))
+#: FIELDS as a Spark DDL schema string.
+DDL = ", ".join(f"{name} {kind}" for name, kind in FIELDS)
 
 
 def find_inputs(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -50,10 +52,9 @@ def load_events(spark, paths: list[str]):
     if not (files or roots or urls):
         raise AnalyzeError(f"no trace files (*.jsonl, *.jsonl.gz or Parquet from --compact) under "
                            f"{', '.join(paths)}: give the trace_dir of a daemon (or a folder above several)")
-    ddl = ", ".join(f"{name} {kind}" for name, kind in FIELDS)
     frames = []
     if files or urls:
-        schema = StructType.fromDDL(ddl + ", _corrupt_record string")
+        schema = StructType.fromDDL(DDL + ", _corrupt_record string")
         reader = spark.read.schema(schema).option("mode", "PERMISSIVE")
         if files:
             frames.append(_checked(reader.json(files)))

@@ -59,12 +59,16 @@ def compacted(spark, folder: Path) -> Path:
     return out
 
 
+def _seconds(job) -> tuple[float, object]:
+    t0 = time.monotonic()
+    result = job()
+    return time.monotonic() - t0, result
+
+
 def timed(spark, path: Path, events: int) -> float:
     """Seconds for one whole analysis (every figure of summary.json, no report written)."""
     from mccs.analytics.spark import analyze
-    t0 = time.monotonic()
-    summary = analyze(spark, [str(path)])
-    seconds = time.monotonic() - t0
+    seconds, summary = _seconds(lambda: analyze(spark, [str(path)]))
     if summary["input"]["events"] != events:
         raise RuntimeError(f"{path}: analysed {summary['input']['events']} events, generated {events}")
     return seconds
@@ -76,20 +80,16 @@ def scans(spark, form: str, path: Path, events: int) -> dict[str, float]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    from mccs.analytics.traces import FIELDS, find_inputs
+    from mccs.analytics.traces import DDL, FIELDS, find_inputs
     if form == "jsonl":
-        schema = StructType.fromDDL(", ".join(f"{name} {kind}" for name, kind in FIELDS))
-        df = spark.read.schema(schema).json(find_inputs([str(path)])[0])
+        df = spark.read.schema(StructType.fromDDL(DDL)).json(find_inputs([str(path)])[0])
     else:
         df = spark.read.parquet(str(path)).select(*[name for name, _ in FIELDS])
-    out = {}
-    for name, job in (("count", df.count), ("parse", lambda: df.select(F.max(F.xxhash64(*df.columns))).collect())):
-        t0 = time.monotonic()
-        result = job()
-        out[name] = time.monotonic() - t0
-        if name == "count" and result != events:
-            raise RuntimeError(f"{path}: the bare scan counted {result} events, generated {events}")
-    return out
+    count, counted = _seconds(df.count)
+    if counted != events:
+        raise RuntimeError(f"{path}: the bare scan counted {counted} events, generated {events}")
+    parse, _ = _seconds(lambda: df.select(F.max(F.xxhash64(*df.columns))).collect())
+    return {"count": count, "parse": parse}
 
 
 def run(args: argparse.Namespace) -> int:
