@@ -9,9 +9,11 @@ it and reopens.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import queue
+import select
 import threading
 import time
 from typing import Callable
@@ -23,6 +25,7 @@ log = logging.getLogger(__name__)
 BACKOFF_MIN = 0.1
 READ_TIMEOUT = 0.1  # the reader's longest sleep when cancel_read is not available
 STABLE = 1.0  # a port open this long resets the back-off
+DETACH_WAIT = 2.0  # the longest a lost port waits for the loop to stop reading it
 
 
 def open_port(url: str, settings: dict, exclusive: bool = True) -> serial.SerialBase:
@@ -37,12 +40,61 @@ def open_port(url: str, settings: dict, exclusive: bool = True) -> serial.Serial
     return port
 
 
+class _Lost(threading.Event):
+    """Set, with the reason, when the loop's reading of a port ends."""
+    reason = ""
+
+    def set(self, reason: str = "") -> None:
+        if not self.is_set():
+            self.reason = reason
+        super().set()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _native_fd(port: serial.SerialBase) -> int | None:
+    """The descriptor of a posix serial.Serial; URL ports (socket://, loop://) have none."""
+    fd = getattr(port, "fd", None)
+    return fd if isinstance(fd, int) and isinstance(getattr(port, "pipe_abort_read_r", None), int) else None
+
+
+def _read_some(port: serial.SerialBase) -> bytes:
+    """What the port has, after waiting up to READ_TIMEOUT. A native port is read straight from
+    its descriptor: one select and one read a wake-up, where pyserial's read(1), in_waiting and
+    read(n) cost three times the CPU, for every few bytes a line delivers (BENCHMARKS.md)."""
+    fd = _native_fd(port)
+    if fd is None:  # URL ports: pyserial's own way
+        data = port.read(1)  # blocks up to READ_TIMEOUT
+        waiting = port.in_waiting if data else 0
+        return data + port.read(waiting) if waiting else data
+    abort = port.pipe_abort_read_r
+    ready, _, _ = select.select([fd, abort], [], [], READ_TIMEOUT)
+    if abort in ready:  # cancel_read() from close()
+        os.read(abort, 1000)
+        return b""
+    if not ready:
+        return b""
+    try:
+        data = os.read(fd, 4096)
+    except (BlockingIOError, InterruptedError):
+        return b""
+    if not data:  # readable but empty, as pyserial reports it: the device is gone
+        raise serial.SerialException("device reports readiness to read but returned no data")
+    return data
+
+
 class SerialPort:
     """One serial port by pyserial name or URL; see the module docstring.
 
-    on_data(data, now) and raw_hook("rx", data, now) run on the reader thread,
-    raw_hook("tx", data, now) on the thread that wrote the bytes, on_state(open, reason) on the reader
-    thread. `now` is time.monotonic().
+    on_data(data, now) and raw_hook("rx", data, now) run on the reader thread, or with `loop` given
+    on that event loop (which reads a native port itself); raw_hook("tx", data,
+    now) on the thread that wrote the bytes, on_state(open, reason) on the reader thread. `now` is
+    time.monotonic().
     """
 
     def __init__(self, url: str, *, baudrate: int = 9600, bytesize: int = 8, parity: str = "N",
@@ -50,8 +102,10 @@ class SerialPort:
                  on_data: Callable[[bytes, float], None],
                  on_state: Callable[[bool, str], None] | None = None,
                  raw_hook: Callable[[str, bytes, float], None] | None = None,
-                 backoff_max: float = 60.0, exclusive: bool = True) -> None:
+                 backoff_max: float = 60.0, exclusive: bool = True,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.url = url
+        self.loop = loop
         self.settings = dict(baudrate=baudrate, bytesize=bytesize, parity=parity, stopbits=stopbits,
                              rtscts=rtscts, xonxoff=xonxoff)
         self.exclusive = exclusive
@@ -68,6 +122,9 @@ class SerialPort:
         self._write_error = ""
         self._generation = 0  # bumped at every open: bytes queued for a lost port are dropped
         self._threads: list[threading.Thread] = []
+        self._lost = _Lost()  # the loop's reading of the open port ended (loop mode)
+        self._loop_fd: int | None = None  # the descriptor the loop reads (only the loop changes it)
+        self._detached = False  # close(), on the loop, took the port off it
 
     @property
     def is_open(self) -> bool:
@@ -99,8 +156,8 @@ class SerialPort:
 
     def _write_now(self, data: bytes) -> bytes:
         """Write what the port's non-blocking descriptor takes (under _lock); return the rest."""
-        fd = getattr(self._port, "fd", None)  # posix serial.Serial; URL ports have none
-        if not isinstance(fd, int):
+        fd = _native_fd(self._port)
+        if fd is None:
             return data
         try:
             n = os.write(fd, data)
@@ -114,6 +171,9 @@ class SerialPort:
     def close(self) -> None:
         """Stop both threads and close the port."""
         self._stop.set()
+        if self.loop is not None and _running_loop() is self.loop:
+            self._detach()  # the reader thread cannot ask the loop while close() holds it
+            self._detached = True
         self._out.put(None)
         if self._threads:
             self._threads[1].join(timeout=1.0)  # let queued bytes (a sign-off) leave first
@@ -179,29 +239,83 @@ class SerialPort:
     # ---- reading ------------------------------------------------------------------------------
     def _read_until_lost(self, port: serial.SerialBase) -> str:
         """Deliver bytes until close() or an error; return why the port was lost."""
+        fd = _native_fd(port)
+        if self.loop is not None and fd is not None:
+            return self._read_on_loop(fd)
         while not self._stop.is_set():
             if self._write_error:
                 return self._write_error
             try:
-                data = port.read(1)  # blocks up to READ_TIMEOUT (select inside for native ports)
-                if data:
-                    waiting = port.in_waiting
-                    if waiting:
-                        data += port.read(waiting)
+                data = _read_some(port)
             except (serial.SerialException, OSError) as e:
                 return f"read failed: {e}"
             except TypeError:  # pyserial on a port closed by close() from another thread
                 return "closed"
-            if data:
-                now = time.monotonic()
-                self.counters["bytes_in"] += len(data)
-                if self.raw_hook:
-                    self.raw_hook("rx", data, now)
+            if data and self.loop is not None:  # a URL port with a loop: on_data runs on the loop
                 try:
-                    self.on_data(data, now)
-                except Exception:
-                    log.exception("%s: on_data failed", self.url)
+                    self.loop.call_soon_threadsafe(self._deliver, data, time.monotonic())
+                except RuntimeError:  # the loop is closed: the daemon is ending
+                    return "closed"
+            elif data:
+                self._deliver(data, time.monotonic())
         return "closed"
+
+    def _read_on_loop(self, fd: int) -> str:
+        """Let the loop read the port while this thread waits for its loss: a chunk then wakes
+        only the loop, not this thread and then the loop (about 0.1 ms less on every turnaround
+        of a stop-and-wait line, and less CPU; BENCHMARKS.md)."""
+        lost = self._lost = _Lost()
+        if self._stop.is_set() or self._write_error:  # _cancel() came before `lost` was there
+            lost.set(self._write_error or "closed")
+        try:
+            self.loop.call_soon_threadsafe(self._attach, fd, lost)
+        except RuntimeError:  # the loop is closed: the daemon is ending
+            return "closed"
+        lost.wait()  # set by _readable, or by _cancel() (close(), a failed write)
+        if not self._detached:  # off the loop before the descriptor is closed (and maybe reused)
+            done = threading.Event()
+            try:
+                self.loop.call_soon_threadsafe(lambda: (self._detach(), done.set()))
+            except RuntimeError:  # closed: it reads nothing any more
+                return "closed"
+            done.wait(DETACH_WAIT)
+        return self._write_error or lost.reason or "closed"
+
+    def _attach(self, fd: int, lost: "_Lost") -> None:
+        if lost.is_set() or self._stop.is_set():
+            return
+        self._loop_fd = fd
+        self.loop.add_reader(fd, self._readable, fd, lost)
+
+    def _detach(self) -> None:
+        if self._loop_fd is not None:
+            self.loop.remove_reader(self._loop_fd)
+            self._loop_fd = None
+
+    def _readable(self, fd: int, lost: "_Lost") -> None:
+        """On the loop: what the port has, to on_data; an error or an empty read loses it."""
+        try:
+            data = os.read(fd, 4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            data, why = b"", f"read failed: {e}"
+        else:
+            why = "device reports readiness to read but returned no data"
+        if not data:
+            self._detach()
+            lost.set(why)
+            return
+        self._deliver(data, time.monotonic())
+
+    def _deliver(self, data: bytes, now: float) -> None:
+        self.counters["bytes_in"] += len(data)
+        if self.raw_hook:
+            self.raw_hook("rx", data, now)
+        try:
+            self.on_data(data, now)
+        except Exception:
+            log.exception("%s: on_data failed", self.url)
 
     # ---- writing ------------------------------------------------------------------------------
     def _writer(self) -> None:
@@ -239,7 +353,9 @@ class SerialPort:
             self.raw_hook("tx", data, time.monotonic())
 
     def _cancel(self) -> None:
-        """Wake a reader blocked in read() and a writer blocked in write()."""
+        """Wake a reader blocked in read() (or waiting while the loop reads) and a writer blocked
+        in write()."""
+        self._lost.set(self._write_error or "closed")
         with self._lock:
             port = self._port
             if port is None:

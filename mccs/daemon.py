@@ -66,6 +66,7 @@ class Daemon:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._pass_pending = False
+        self.passes = 0  # passes run: with commits, what a message costs the daemon (mccs status)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._probe: asyncio.TimerHandle | None = None
@@ -129,7 +130,7 @@ class Daemon:
     def _open_port(self, lc: LineConfig) -> SerialPort:
         call = self.loop.call_soon_threadsafe
         return SerialPort(lc.port, **lc.port_settings(), backoff_max=lc.backoff_max,
-                          on_data=lambda data, now, peer=lc.peer: call(self._line_data, peer, data, now),
+                          loop=self.loop, on_data=lambda data, now, peer=lc.peer: self._line_data(peer, data, now),
                           on_state=lambda up, why, peer=lc.peer: call(self._port_state, peer, up, why)).start()
 
     # -- inputs -------------------------------------------------------------------------------
@@ -188,7 +189,7 @@ class Daemon:
     def status(self) -> dict:
         s = self.kernel.status()
         s.update(pid=os.getpid(), uptime=round(time.time() - self.started, 3))
-        s["counters"].update(commits=self.cp.commits, trace_errors=self.trace.errors,
+        s["counters"].update(passes=self.passes, commits=self.cp.commits, trace_errors=self.trace.errors,
                              recoveries=len(self._recoveries))
         return s
 
@@ -217,6 +218,7 @@ class Daemon:
     # -- one pass -------------------------------------------------------------------------------
     def run_pass(self) -> None:
         self._pass_pending = False
+        self.passes += 1
         now = time.monotonic()
         try:
             fx = self.kernel.run_pass(now, time.time())

@@ -193,3 +193,53 @@ def test_writes_keep_their_order_when_the_port_fills():
     finally:
         os.close(master)
         os.close(slave)
+
+
+@pytest.mark.timeout(30)
+def test_with_a_loop_the_loop_reads_and_a_hangup_still_reopens(line):
+    """Loop mode (the daemon's): the event loop reads the pty itself and on_data runs on it; the
+    port's loss is still seen, reported and repaired, and close() on the loop returns at once."""
+    import asyncio
+    import threading
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        got, threads = bytearray(), set()
+        states = asyncio.Queue()
+
+        def on_data(data, now):
+            threads.add(threading.get_ident())
+            got.extend(data)
+
+        def on_state(is_open, reason):
+            loop.call_soon_threadsafe(states.put_nowait, (is_open, reason))
+
+        async def until(cond):
+            for _ in range(500):
+                if cond():
+                    return True
+                await asyncio.sleep(0.01)
+            return False
+
+        a = SerialPort(line.end_a, baudrate=115200, on_data=on_data, on_state=on_state, loop=loop,
+                       backoff_max=0.4).start()
+        rb = Recorder()
+        with rb.port(line.end_b, baudrate=115200, backoff_max=0.4) as b:
+            assert await asyncio.wait_for(states.get(), 5) == (True, "open") and rb.wait_state()[0]
+            b.write(b"to the loop")
+            assert await until(lambda: bytes(got) == b"to the loop")
+            assert threads == {threading.get_ident()} and a.counters["bytes_in"] == 11
+            line.hangup()
+            is_open, reason = await asyncio.wait_for(states.get(), 5)
+            assert not is_open and ("read failed" in reason or "no data" in reason)
+            line.reconnect()
+            assert await asyncio.wait_for(states.get(), 5) == (True, "open")
+            assert rb.wait_state()[0] is False and rb.wait_state()[0] is True
+            b.write(b" again")
+            assert await until(lambda: bytes(got) == b"to the loop again")
+            t0 = time.monotonic()
+            a.close()  # on the loop: the loop cannot be asked, so close() takes the port off it
+            assert time.monotonic() - t0 < 1.5 and not a.is_open
+            assert a.counters["opens"] == 2 and a.counters["losses"] == 1
+
+    asyncio.run(main())

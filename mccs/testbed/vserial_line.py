@@ -14,6 +14,7 @@ to its pty slave, so a program opens `end_a` with any serial library, pyserial i
 from __future__ import annotations
 
 import collections
+import ctypes
 import itertools
 import math
 import os
@@ -31,6 +32,7 @@ QUANTUM = 0.001
 #: Bytes a direction holds in flight (a UART's buffer); beyond it the relay stops reading the
 #: sender, whose pty buffer then fills and its writes block, as with a real port.
 BUFFER = 4096
+PR_SET_TIMERSLACK = 29  # linux/prctl.h
 ACTIONS = ("disconnect", "hangup", "reconnect")
 
 LogSink = Callable[[str, bytes, float], None]
@@ -71,6 +73,16 @@ class _Pty:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _precise_timers() -> None:
+    """Wake this thread when its timeouts end, not up to 50 us later (Linux's default timer
+    slack): a byte delivered late is latency a real wire does not add (BENCHMARKS.md)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the default slack
+        pass
 
 
 def _symlink(target: str, path: str) -> None:
@@ -230,6 +242,7 @@ class Line:
 
     # ---- the relay ----------------------------------------------------------------------------
     def _relay(self) -> None:
+        _precise_timers()
         while not self._stop:
             now = time.monotonic()
             self._run_due(now)
