@@ -135,10 +135,12 @@ class Daemon:
 
     # -- inputs -------------------------------------------------------------------------------
     def _line_data(self, peer: str, data: bytes, now: float) -> None:
-        more = self.kernel.line_data(peer, data, now)
+        within = self.kernel.line_data(peer, data, now)
         self.ports[peer].write(self.kernel.line_answers(peer))
-        if more:
+        if within == 0:
             self.wake()
+        elif within is not None:
+            self._wake_at(now + within)
 
     def _port_state(self, peer: str, is_open: bool, why: str) -> None:
         self.kernel.port_state(peer, is_open, why, time.monotonic())

@@ -21,6 +21,7 @@ class TraceEvent:
     line: str | None = None
     proto: str | None = None
     fields: dict = field(default_factory=dict)
+    at: float | None = None  # wall time it happened, if before the pass that writes it
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,9 @@ class Effects:
     def change(self, *changes: Change) -> None:
         self.changes.extend(changes)
 
-    def trace(self, type_: str, kind: str, line: str | None = None, proto: str | None = None, **fields) -> None:
-        self.traces.append(TraceEvent(type_, kind, line, proto, fields))
+    def trace(self, type_: str, kind: str, line: str | None = None, proto: str | None = None,
+              at: float | None = None, **fields) -> None:
+        self.traces.append(TraceEvent(type_, kind, line, proto, fields, at))
 
     def reply(self, conn: int | None, body: dict) -> None:
         if conn is not None:

@@ -176,8 +176,9 @@ class Kernel:
         self.counters["bad_requests" if e.code == "bad_request" else "refused"] += 1
         self._fx.reply(conn, {"id": rid, "ok": False, "error": str(e), "code": e.code})
 
-    def line_data(self, peer: str, data: bytes, now: float) -> bool:
-        """Bytes from a line; True when they made something for a pass to do (see Lines.data)."""
+    def line_data(self, peer: str, data: bytes, now: float) -> float | None:
+        """Bytes from a line; within how many seconds a pass should handle what they made, or None
+        (see Lines.data)."""
         return self.lines.data(peer, data, now)
 
     def line_answers(self, peer: str) -> bytes:

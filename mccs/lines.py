@@ -52,6 +52,12 @@ SIGN_ON_AGAIN = 3
 #: for the pass that hands the next frame to come before the wire falls idle (98% of 115200 baud
 #: either way), small beside a frame at 9600 baud (147 ms): `mccs bench network --parts urgent`.
 LEAD = 0.04
+#: Seconds of bytes still ahead of the wire when the Message-Sender's own pass comes to hand
+#: more (up to LEAD again): the passes that come anyway (an acknowledgement, a SEND) hand what
+#: fits before then, and one pass and its commit serve more than one frame (issue 15).
+REFILL = LEAD / 2
+#: Seconds a frame that is only to be traced may wait for the pass that writes its trace line.
+TRACE_DELAY = 0.05
 FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, stuffing aside)
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
@@ -96,7 +102,7 @@ class LineControlBlock:
     port_open: bool = False
     last_down: str = ""
     held: MSGBLOK | None = None  # the first MSGBLOK the peer's maximum refuses: waits, and all after it
-    backlog: list = field(default_factory=list)  # machine events taken outside the pass that handles them
+    backlog: list = field(default_factory=list)  # (machine event, when) taken outside the pass that handles them
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
@@ -187,15 +193,19 @@ class Lines:
                 lcb.held = None
 
     # -- inputs from the shell ----------------------------------------------------------------
-    def data(self, peer: str, data: bytes, now: float) -> bool:
-        """Feed the line's machine; True when that made events (the pass handles them). Every frame
-        or block a machine takes, good or bad, is an event (FrameTraced), so bytes that only add
-        to a frame still arriving make none, and need no pass: a serial port delivers a frame in
-        many small reads."""
+    def data(self, peer: str, data: bytes, now: float) -> float | None:
+        """Feed the line's machine; return within how many seconds a pass should handle the events
+        that made (None: no events). Every frame or block a machine takes, good or bad, is an
+        event (FrameTraced), so bytes that only add to a frame still arriving make none, and need
+        no pass: a serial port delivers a frame in many small reads. A frame that is only to be
+        traced (a block of a segment, an acknowledgement) waits up to TRACE_DELAY, stamped with
+        the time it came, so the passes of a busy line do not fall between a block and its answer."""
         lcb = self.lcbs[peer]
         lcb.machine.receive_data(data, now)
-        lcb.backlog += lcb.machine.events()
-        return bool(lcb.backlog)
+        lcb.backlog += [(ev, now) for ev in lcb.machine.events()]
+        if not lcb.backlog:
+            return None
+        return TRACE_DELAY if all(isinstance(ev, FrameTraced) for ev, _ in lcb.backlog) else 0.0
 
     def answers(self, peer: str) -> bytes:
         """The bytes the line's machine made from the data just fed: the shell writes them at
@@ -231,9 +241,12 @@ class Lines:
             deadline = lcb.machine.next_deadline()
             if deadline is not None and now >= deadline:
                 lcb.machine.handle_timeout(now)
-            events, lcb.backlog = lcb.backlog + lcb.machine.events(), []
-            for ev in events:
-                self._event(lcb, ev, fx, now, wall)
+            events, lcb.backlog = lcb.backlog + [(ev, now) for ev in lcb.machine.events()], []
+            for ev, at in events:
+                if isinstance(ev, FrameTraced):
+                    self._trace_frame(lcb, ev, fx, wall - (now - at))
+                else:
+                    self._event(lcb, ev, fx, now, wall)
             lcb.retransmissions.sample(now, lcb.machine.counters.get("retransmissions", 0))
 
     def _sign_on(self, lcb: LineControlBlock, now: float) -> None:
@@ -262,9 +275,7 @@ class Lines:
 
     def _event(self, lcb: LineControlBlock, ev, fx: Effects, now: float, wall: float) -> None:
         proto = lcb.cfg.protocol
-        if isinstance(ev, FrameTraced):
-            self._trace_frame(lcb, ev, fx)
-        elif isinstance(ev, MessageReceived):
+        if isinstance(ev, MessageReceived):
             lcb.must_confirm = True  # whatever happens to it, the peer must stop sending it
             self.receiver.received(Arrival(lcb.peer, proto, lcb.counters), ev.image, lcb.routed, fx, now, wall)
         elif isinstance(ev, MessageAcked):
@@ -327,9 +338,9 @@ class Lines:
                     "and what it held are forgotten", self.host, peer, epoch)
 
     @staticmethod
-    def _trace_frame(lcb: LineControlBlock, ev: FrameTraced, fx: Effects) -> None:
+    def _trace_frame(lcb: LineControlBlock, ev: FrameTraced, fx: Effects, at: float | None = None) -> None:
         fx.trace("frame", ev.kind, lcb.peer, lcb.cfg.protocol, dir=ev.dir, bytes=ev.nbytes, ok=ev.ok, seq=ev.seq,
-                 origin=ev.origin, msg_id=ev.msg_id, retransmit=ev.retransmit or None)
+                 origin=ev.origin, msg_id=ev.msg_id, retransmit=ev.retransmit or None, at=at)
 
     def _acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
         """The acknowledgement of exactly one block: the oldest in flight on this line with its key."""
@@ -376,7 +387,7 @@ class Lines:
                 if isinstance(ev, FrameTraced):
                     self._trace_frame(lcb, ev, fx)
                 else:
-                    lcb.backlog.append(ev)
+                    lcb.backlog.append((ev, self._now))
         for route in self.routes.take_changes():
             fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
                      distance=route.dist if route.dist < INFINITY else None)
@@ -418,7 +429,7 @@ class Lines:
                     if room <= 0:
                         return
                     if lcb.wire_free - self._now > LEAD:  # enough ahead of the wire: the rest waits here
-                        lcb.next_hand = lcb.wire_free - LEAD
+                        lcb.next_hand = lcb.wire_free - REFILL
                         return
                     blk = next(queue, None)
                     if blk is None or not self._hand(lcb, blk, fx, wall):

@@ -53,8 +53,8 @@ class TraceWriter:
 
     def write(self, ev: TraceEvent) -> None:
         """Buffered until the next flush(), which every pass makes after its commit and before its
-        replies; absent fields are left out."""
-        event = {"v": VERSION, "ts": round(time.time(), 6), "host": self.host, "line": ev.line,
+        replies; absent fields are left out; `ts` is when it happened (ev.at) or now."""
+        event = {"v": VERSION, "ts": round(time.time() if ev.at is None else ev.at, 6), "host": self.host, "line": ev.line,
                  "proto": ev.proto, "type": ev.type, "kind": ev.kind}
         event.update((k, v) for k, v in ev.fields.items() if v is not None)
         self._pending.append((_JSON.encode(event) + "\n").encode())

@@ -140,10 +140,29 @@ def test_bytes_that_complete_no_frame_need_no_pass(pair, monkeypatch):
     assert len(frame) > 100
     bb.run_pass()  # nothing left over from before
     wants = [bb.kernel.line_data("AA", frame[i:i + 10], pair.now) for i in range(0, len(frame), 10)]
-    assert wants == [False] * (len(wants) - 1) + [True]
+    assert wants == [None] * (len(wants) - 1) + [0.0]  # a message: a pass at once
     bb.run_pass()
     monkeypatch.undo()
     assert _data(bb.client("R").recv()) == b"x" * 100
+
+
+def test_a_frame_only_to_trace_may_wait_and_keeps_the_time_it_came(pair, monkeypatch):
+    """A damaged frame (or a block of a segment, an acknowledgement) only makes a trace line: its
+    pass may wait up to TRACE_DELAY, and the line is stamped with the frame's arrival."""
+    from mccs.lines import TRACE_DELAY
+    aa, bb = pair["AA"], pair["BB"]
+    pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)
+    caught = []
+    monkeypatch.setattr(pair, "write", lambda src, dst, data: caught.append((src, data)))
+    aa.client("P").send("BBR", b"y" * 100)
+    frame = bytearray([data for src, data in caught if src == "AA"][-1])
+    frame[len(frame) // 2] ^= 0x10  # the FCS fails
+    bb.run_pass()
+    came = pair.now
+    assert bb.kernel.line_data("AA", bytes(frame), came) == TRACE_DELAY
+    pair.now += TRACE_DELAY
+    traced = [t for t in bb.run_pass().traces if t.type == "frame" and t.fields["ok"] is False]
+    assert len(traced) == 1 and traced[0].at == came
 
 
 def test_back_pressure_waits_for_a_buffer_and_keeps_the_wait_durable(tmp_path):
