@@ -38,10 +38,10 @@ TRACE_KIND = {"ID_ENQ": "ID", "ID_ACK0": "ID", "ID_NAK": "ID", "ABORT": "ETX"}
 ID_KINDS = ("ID_ENQ", "ID_ACK0", "ID_NAK")
 #: Sequences that carry no authentication trailer (bsc_agree's commit block binds the announcement).
 UNSEALED = (*ID_KINDS, "FEAT")
-#: A segment image (segment_size()) is at most this many bytes, in full blocks: each segment
-#: costs a commit before its last answer (about 2.5 to 7 ms here), and a receiver killed
-#: in a segment loses what it had of it.
-SEGMENT_BYTES = 32 * 1024
+#: A segment image (segment_size()) holds about this many seconds of the line, in full blocks (at
+#: least two): each segment costs a commit before its last answer (2.5 to 7 ms here), and a
+#: receiver killed in a segment loses what it had of it, so both are fixed in line time.
+SEGMENT_SECONDS = 5.0
 
 #: Beyond the common ones: bids, collisions (ENQ met ENQ), enqs (asking for a reply again),
 #: wacks / rvis / ttds (sent), bad_sequences, oversized (blocks), bad_messages (wrong LENGTH),
@@ -205,11 +205,12 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
 
     def segment_size(self) -> int:
         """MESSAGE bytes the owner should put in one segment image: an image of as many full blocks
-        as SEGMENT_BYTES holds (fewer if the agreed image limit is smaller). The ETB blocks are answered as their
-        BCC checks, only the ETX block waits for confirm(), so long segments run at the
-        stop-and-wait rate of single blocks and the per-segment cost (header, envelope, trailer,
-        the commit before the last answer) is spread over many."""
-        size = min(SEGMENT_BYTES, self._limit) // self.block_size * self.block_size
+        as SEGMENT_SECONDS of the line carry (fewer if the agreed image limit is smaller). The ETB
+        blocks are answered as their BCC checks, only the ETX block waits for confirm(), so long
+        segments run at the stop-and-wait rate of single blocks and the per-segment cost (header,
+        envelope, trailer, the commit before the last answer) is spread over many."""
+        wanted = max(2 * self.block_size, int(self.baud / 10 * SEGMENT_SECONDS))
+        size = min(wanted, self._limit) // self.block_size * self.block_size
         return (size if size > HEADER_SIZE else self._limit) - HEADER_SIZE
 
     # --- output and events ----------------------------------------------------------------

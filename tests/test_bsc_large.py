@@ -12,7 +12,7 @@ import random
 import pytest
 
 from linedrivers import BscLine, FrameTraced, LineUp
-from linedrivers.bsc_line import SEGMENT_BYTES
+from linedrivers.bsc_line import SEGMENT_SECONDS
 from linedrivers.bsc_codes import ASCII, EBCDIC
 from linedrivers.bsc_reader import BscReader
 from linedrivers.image import HEADER_SIZE
@@ -135,7 +135,8 @@ def test_segment_size_is_whole_blocks_within_the_image_limit(block_size, max_mes
     size = m.segment_size()
     assert HEADER_SIZE + size <= HEADER_SIZE + max_message
     if block_size * 2 <= HEADER_SIZE + max_message:
-        assert (HEADER_SIZE + size) % block_size == 0 and HEADER_SIZE + size <= SEGMENT_BYTES
+        assert (HEADER_SIZE + size) % block_size == 0
+        assert 2 * block_size <= HEADER_SIZE + size <= max(2 * block_size, 9600 / 10 * SEGMENT_SECONDS)
 
 
 def test_segment_size_follows_the_peers_smaller_maximum():
@@ -227,7 +228,7 @@ def test_a_large_message_crosses_a_bsc_line_whole_and_identical(tmp_path):
     assert got["msg"]["msg_id"] == msg_id and base64.b64decode(got["msg"]["data"]) == data
     assert net.client("BB", "R2").recv(wait=False)["msg"] is None
     lc = net["BB"].kernel.lines["AA"]
-    assert lc.routed and lc.large == 16 << 20 and lc.counters["segments"] >= len(data) // SEGMENT_BYTES
+    assert lc.routed and lc.large == 16 << 20 and lc.counters["segments"] >= len(data) // (11520 * SEGMENT_SECONDS)
     # 256-byte blocks, stop and wait: the ceiling is 256 / (256 + 9 + 5) of 11,520 bytes/s
     assert len(data) / net.now > 0.9 * 11520 * 256 / 270, f"{len(data) / net.now:.0f} bytes/s"
 
