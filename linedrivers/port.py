@@ -2,7 +2,8 @@
 
 A line's port can fail at any time (a USB adapter pulled, the other end of a pty closed,
 a socket dropped), and a daemon must outlive that: SerialPort opens the port on its own
-thread, retrying with exponential back-off, reads without busy-waiting, writes without
+thread, retrying with exponential back-off, reads without busy-waiting (or, given an event
+loop, lets the loop read a native port itself and only waits for its loss), writes without
 ever blocking the caller (straight to a native port when nothing waits before the bytes and
 the port takes them, else from a queue on its own thread), and when the port is lost reports
 it and reopens.
