@@ -16,9 +16,13 @@ from . import async_fec
 from .auth import NONCE_SIZE
 from .crc import crc32, le16, x25
 from .ids import IdError, check_epoch, check_host_id
+from .image import HEADER_SIZE
 
 FLAG, ESC = 0x7E, 0x7D
 KINDS = frozenset(b"DANBRSTOPV")
+D = ord("D")
+#: Where the image header keeps LENGTH (linedrivers/image.py: TO_ID FROM_ID MSG_ID USER_ID LENGTH).
+LENGTH_AT = 16
 #: With a secret, these carry a MAC trailer once the line is UP (S T V carry the sign-on proofs).
 SEALED = frozenset("DANBRPO")
 #: The sign-on feature of selective repeat: R (SEQ = a frame the receiver lacks) asks for that
@@ -150,11 +154,25 @@ class Deframer:
         self.fcs32 = self.fec = False
         self._rx = bytearray()  # bytes after the last flag
         self._hunting = True    # no flag seen since the last overrun (or ever)
+        self._need: int | None = None  # content bytes of the D frame arriving, once its header is in
 
     @property
     def pending(self) -> int:
         """Bytes of a frame still arriving (or of noise): how long a frame the peer may be sending."""
         return len(self._rx)
+
+    def wanted(self) -> int:
+        """At least how many more bytes the frame now arriving needs before it ends (1 when that is
+        not known): a D frame's image header gives its LENGTH, and stuffing, a trailer or a
+        CRC-32 only add bytes. A port may wait for them instead of reading every few bytes."""
+        if self._need is None:
+            if self._hunting or len(self._rx) < 3 + HEADER_SIZE or self._rx[0] != D:
+                return 1
+            content = unstuff(bytes(self._rx).rstrip(b"\x7d"))  # an ESC at the end waits for its pair
+            if content is None or len(content) < 3 + HEADER_SIZE:
+                return 1
+            self._need = 3 + HEADER_SIZE + int.from_bytes(content[3 + LENGTH_AT:3 + HEADER_SIZE], "big") + 2
+        return max(1, self._need + 1 - len(self._rx))  # + the closing flag; raw bytes >= content bytes
 
     def feed(self, data: bytes) -> Iterator[RxFrame]:
         """Take received bytes; return the frames they complete, oldest first. Each is checked as it
@@ -165,6 +183,7 @@ class Deframer:
             return iter(())
         parts = (bytes(self._rx) + data).split(b"\x7e")
         self._rx = bytearray(parts.pop())
+        self._need = None
         if self._hunting:
             self.counters["garbage"] += len(parts.pop(0))  # bytes before the first flag
         self._hunting = False
@@ -176,6 +195,7 @@ class Deframer:
         if len(self._rx) > self.max_raw:
             self.counters["garbage"] += len(self._rx)
             self._rx.clear()
+            self._need = None
             self._hunting = True
 
     def _check(self, raw: bytes) -> RxFrame:

@@ -284,6 +284,10 @@ class AsyncLine(AsyncSignOn):
             self._emit("P")
             self._await(Await.POLL)
 
+    def bytes_wanted(self) -> int:
+        """At least how many more received bytes it takes to finish the frame arriving (1: unknown)."""
+        return self._deframer.wanted()
+
     def data_to_send(self) -> bytes:
         if self.state is State.UP:
             self._pump()

@@ -150,6 +150,10 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
             self._on_seq(s, now)
         self._kick(now)
 
+    def bytes_wanted(self) -> int:
+        """1: a block's length is known only at its end (ETB or ETX)."""
+        return 1
+
     def data_to_send(self) -> bytes:
         out = bytes(self._out)
         self._out.clear()

@@ -27,6 +27,8 @@ BACKOFF_MIN = 0.1
 READ_TIMEOUT = 0.1  # the reader's longest sleep when cancel_read is not available
 STABLE = 1.0  # a port open this long resets the back-off
 DETACH_WAIT = 2.0  # the longest a lost port waits for the loop to stop reading it
+GATHER_MIN = 0.002  # gather(): a shorter wait is not worth taking the port off the loop
+GATHER_MAX = 0.05  # gather(): the longest the loop leaves arriving bytes in the kernel's buffer
 
 
 def open_port(url: str, settings: dict, exclusive: bool = True) -> serial.SerialBase:
@@ -126,6 +128,7 @@ class SerialPort:
         self._lost = _Lost()  # the loop's reading of the open port ended (loop mode)
         self._loop_fd: int | None = None  # the descriptor the loop reads (only the loop changes it)
         self._detached = False  # close(), on the loop, took the port off it
+        self._gathering: asyncio.TimerHandle | None = None  # gather(): when the loop reads again
 
     @property
     def is_open(self) -> bool:
@@ -288,7 +291,29 @@ class SerialPort:
         self._loop_fd = fd
         self.loop.add_reader(fd, self._readable, fd, lost)
 
+    def gather(self, nbytes: int) -> None:
+        """On the loop: let `nbytes` more arrive before on_data runs again, since the line's
+        machine knows nothing can happen before them (a frame whose header told its length) and a
+        port hands a frame over every few bytes otherwise. Only in loop mode; nothing is lost by it:
+        the loop reads again once that many bytes have had time to come at the baud (at most
+        GATHER_MAX later), and takes what is there."""
+        if self._loop_fd is None or self._gathering is not None or nbytes <= 1:
+            return
+        s = self.settings
+        wait = min(nbytes * (1 + s["bytesize"] + (s["parity"] != "N") + s["stopbits"]) / s["baudrate"], GATHER_MAX)
+        if wait >= GATHER_MIN:
+            self.loop.remove_reader(self._loop_fd)
+            self._gathering = self.loop.call_later(wait, self._gathered, self._loop_fd, self._lost)
+
+    def _gathered(self, fd: int, lost: "_Lost") -> None:
+        self._gathering = None
+        if self._loop_fd == fd and not lost.is_set():
+            self.loop.add_reader(fd, self._readable, fd, lost)
+
     def _detach(self) -> None:
+        if self._gathering is not None:
+            self._gathering.cancel()
+            self._gathering = None
         if self._loop_fd is not None:
             self.loop.remove_reader(self._loop_fd)
             self._loop_fd = None

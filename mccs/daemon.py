@@ -136,7 +136,9 @@ class Daemon:
     # -- inputs -------------------------------------------------------------------------------
     def _line_data(self, peer: str, data: bytes, now: float) -> None:
         within = self.kernel.line_data(peer, data, now)
-        self.ports[peer].write(self.kernel.line_answers(peer))
+        port = self.ports[peer]
+        port.write(self.kernel.line_answers(peer))
+        port.gather(self.kernel.line_wanted(peer))
         if within == 0:
             self.wake()
         elif within is not None:

@@ -214,6 +214,11 @@ class Lines:
         message waits for confirm(), which only a pass makes, after its commit."""
         return self.lcbs[peer].machine.data_to_send()
 
+    def wanted(self, peer: str) -> int:
+        """Bytes the line's machine needs before its next event can come (a frame whose length its
+        header told): the shell may let them gather instead of feeding every few."""
+        return self.lcbs[peer].machine.bytes_wanted()
+
     def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
         lcb = self.lcbs[peer]
         lcb.port_open = is_open

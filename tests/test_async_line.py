@@ -1,9 +1,13 @@
 """AsyncLine (DESIGN.md 4.1): known answers, sign-on, window, timers, busy, restarts, noisy lines."""
+import collections
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linedrivers import AsyncLine
+from linedrivers.async_frames import STUFFED, XONXOFF_STUFFED, Deframer
 from linedrivers.async_line import SignOn, encode_frame, stuff, unstuff
 from linedrivers.crc import x25
 from linedrivers.events import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked,
@@ -605,3 +609,32 @@ def test_early_asks_back_off_to_the_reply_timeout_and_leave_the_line_up():
     assert h["a"].up and h["a"].machine.counters["timeouts"] == 0
     h.run_for(30)
     assert events_of(h, "a", LineDown)[0][1].reason == "retry limit"
+
+
+@pytest.mark.parametrize("fcs32,fec,special", [(False, False, STUFFED), (True, False, STUFFED),
+                                               (True, True, STUFFED), (False, False, XONXOFF_STUFFED)])
+def test_the_bytes_a_frame_still_wants_are_never_more_than_it_has_left(fcs32, fec, special):
+    """Deframer.wanted() lets the daemon's port wait for bytes instead of reading every few: it
+    must never ask for more than the frame arriving has left (else a port would wait on a
+    stalled line), and for a D frame it must know, once the image header is in."""
+    rng = random.Random(7)
+    for _ in range(150):
+        plain = bytes(b for b in range(256) if b not in special)  # half the frames with nothing to stuff
+        pick = (lambda: rng.choice((*special, rng.randrange(256)))) if rng.random() < 0.5 else (lambda: rng.choice(plain))
+        data = bytes(pick() for _ in range(rng.randrange(0, 900)))
+        img = encode("BBR", "AAP", rng.randrange(1, 65535), 0, data)
+        kind = rng.choice("DDDAN")
+        trailer = rng.choice((b"", plain[:16]))
+        wire = encode_frame(kind, 3, 1, (img if kind == "D" else b"") + trailer, special, fcs32, fec and kind == "D")
+        d = Deframer(1 << 16, collections.Counter())
+        d.fcs32, d.fec = fcs32, fec
+        d.feed(b"\x7e")  # a flag before: the deframer is no longer hunting
+        knew = False
+        for i, b in enumerate(wire[1:], start=1):
+            wanted = d.wanted()
+            assert 1 <= wanted <= len(wire) - i, (kind, i, len(wire), wanted)
+            knew |= wanted > 1
+            frames = list(d.feed(bytes([b])))
+        assert [f.kind for f in frames] == [kind] and frames[0].content is not None
+        assert d.wanted() == 1  # between frames: unknown
+        assert knew or not (wire[1] == ord("D") and len(data) >= 16)  # an F frame (FEC) is not read early

@@ -243,3 +243,51 @@ def test_with_a_loop_the_loop_reads_and_a_hangup_still_reopens(line):
             assert a.counters["opens"] == 2 and a.counters["losses"] == 1
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_gather_lets_bytes_collect_on_the_loop_and_loses_none(tmp_path):
+    """gather(n) (loop mode): the loop reads again once n bytes have had time to come at the baud,
+    so a frame arriving at 9600 baud is handed over in a few reads, not one a byte; a wait for
+    more than ever comes ends after GATHER_MAX, with every byte delivered."""
+    import asyncio
+
+    from linedrivers.port import GATHER_MAX
+
+    async def main(line):
+        loop = asyncio.get_running_loop()
+        got, calls = bytearray(), []
+        opened = asyncio.Event()
+        a = None
+
+        def on_data(data, now):
+            calls.append(len(data))
+            got.extend(data)
+            a.gather(want - len(got) if len(got) < want else 10**6)  # the last: more than will come
+
+        a = SerialPort(line.end_a, baudrate=9600, on_data=on_data, loop=loop,
+                       on_state=lambda up, why: loop.call_soon_threadsafe(opened.set)).start()
+        rb = Recorder()
+        with rb.port(line.end_b, baudrate=9600) as b:
+            await asyncio.wait_for(opened.wait(), 5)
+            assert rb.wait_state()[0]
+            want = 120
+            payload = bytes(range(want))
+            b.write(payload)
+            for _ in range(300):
+                if len(got) >= want:
+                    break
+                await asyncio.sleep(0.01)
+            assert bytes(got) == payload
+            assert len(calls) <= 6, calls  # 120 bytes at 9600 take 125 ms: about one read a ms without gather
+            t0 = time.monotonic()
+            b.write(b"tail")  # comes while the loop waits for 10**6 bytes: read at most GATHER_MAX later
+            for _ in range(300):
+                if bytes(got).endswith(b"tail"):
+                    break
+                await asyncio.sleep(0.005)
+            assert bytes(got) == payload + b"tail" and time.monotonic() - t0 < GATHER_MAX + 0.2
+            a.close()
+
+    with Line(str(tmp_path / "AA.BB"), str(tmp_path / "BB.AA"), baud=9600) as line:
+        asyncio.run(main(line))
