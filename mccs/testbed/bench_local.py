@@ -90,13 +90,6 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _commits(config: Path) -> int:
-    """Commits the daemon has made since it started."""
-    import mccs
-    with mccs.connect(config, "BNCH") as c:
-        return c.status()["counters"]["commits"]
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", type=int, default=4, help="sending and receiving processes (each)")
     p.add_argument("--messages", type=int, default=2000, help="messages per sender")
@@ -120,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                 rates.append(message_rate(config, config, "AA", args.pairs, args.messages, batch=args.send_many))
                 daemon_cpu.append(1e6 * (cpu_seconds(daemon.proc.pid) - cpu0) / n)
                 client_cpu.append(1e6 * (_children_cpu() - kids0) / n)
-                batches.append(n / _commits(config))
+                batches.append(n / daemon.counters()["commits"])
             print(f"run {i + 1}: {rates[-1]:8.0f} msg/s   raw SQLite {raws[-1]:8.0f} commits/s   "
                   f"ratio {rates[-1] / raws[-1]:.2f}   {batches[-1]:.2f} messages a commit   CPU a message: "
                   f"daemon {daemon_cpu[-1]:.0f} us, processes {client_cpu[-1]:.0f} us")

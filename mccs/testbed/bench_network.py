@@ -118,12 +118,8 @@ def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int) -
 
     import mccs
 
-    def counters(d: DaemonProcess) -> dict:
-        with mccs.connect(d.config, None) as c:
-            return c.status()["counters"]
-
     daemons = {"AA": a, "BB": b}
-    before = {h: (cpu_seconds(d.proc.pid), counters(d)) for h, d in daemons.items()}
+    before = {h: (cpu_seconds(d.proc.pid), d.counters()) for h, d in daemons.items()}
     with mccs.connect(a.config, "CS") as s, mccs.connect(b.config, "CR") as r:
         sender = threading.Thread(target=lambda: [s.send("BBCR", b"c" * size) for _ in range(count)], daemon=True)
         sender.start()
@@ -134,7 +130,7 @@ def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int) -
     out = {}
     for h, d in daemons.items():
         cpu0, c0 = before[h]
-        c1 = counters(d)
+        c1 = d.counters()
         out[f"cpu_s_per_1000_{h}"] = (cpu_seconds(d.proc.pid) - cpu0) * 1000 / count
         out[f"passes_per_msg_{h}"] = (c1["passes"] - c0["passes"]) / count
         out[f"commits_per_msg_{h}"] = (c1["commits"] - c0["commits"]) / count

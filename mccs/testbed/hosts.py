@@ -88,6 +88,12 @@ class DaemonProcess:
             time.sleep(0.02)
         raise TimeoutError(f"daemon {self.cfg.id} did not answer within {timeout} s: {self.log_tail()}")
 
+    def counters(self) -> dict:
+        """The daemon's counters as `mccs status` shows them (passes, commits, ...)."""
+        import mccs
+        with mccs.connect(self.config, None) as c:
+            return c.status()["counters"]
+
     def log_tail(self, n: int = 2000) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-n:]
