@@ -7,6 +7,8 @@ Each constructor here is the one place that knows a table's columns.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -99,16 +101,22 @@ class BlobWrite(Change):
     transaction: sql names the table, params are (rowid, offset, data)."""
 
 
+@functools.cache
 def _insert(table: Table, columns: tuple[str, ...], verb: str = "INSERT") -> str:
     return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})"
+
+
+_block_values = operator.attrgetter(*MSGBLOK_COLUMNS)
 
 
 def add_block(table: Table, row: Row) -> Change:
     """A MSGBLOK; one whose text is Stored names it (the text is never copied). A trigger deletes
     the text with the row (store.py)."""
-    values = tuple(b"" if c == "data" and isinstance(row.data, Stored) else getattr(row, c) for c in MSGBLOK_COLUMNS)
-    text = row.data.rowid if isinstance(row.data, Stored) else 0
-    return Change(_insert(table, (*MSGBLOK_COLUMNS, "text")), (*values, text))
+    text = 0
+    if isinstance(row.data, Stored):
+        text, row = row.data.rowid, dataclasses.replace(row, data=b"")
+    return Change(_insert(table, (*MSGBLOK_COLUMNS, "text")), (*_block_values(row), text))
+
 
 
 def add_text(rowid: int, data: bytes | memoryview, piece: int = 1 << 20) -> list[Change]:

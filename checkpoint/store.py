@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import logging
 import os
 import secrets
@@ -337,14 +338,15 @@ class Checkpoint:
         execute = self.conn.execute
         try:
             execute("BEGIN")
-            for c in changes:
-                if isinstance(c, BlobWrite):
-                    rowid, offset, data = c.params
-                    with self.conn.blobopen(c.sql, "data", rowid) as blob:
-                        blob.seek(offset)
-                        blob.write(data)
-                else:
-                    execute(c.sql, c.params)
+            for (sql, blob_write), run in itertools.groupby(changes, lambda c: (c.sql, isinstance(c, BlobWrite))):
+                if blob_write:
+                    for c in run:
+                        rowid, offset, data = c.params
+                        with self.conn.blobopen(sql, "data", rowid) as blob:
+                            blob.seek(offset)
+                            blob.write(data)
+                else:  # a run of the same statement (the confirms of a recv_many, say) in one call
+                    self.conn.executemany(sql, [c.params for c in run])
             execute("COMMIT")
         except sqlite3.Error as e:
             with contextlib.suppress(sqlite3.Error):

@@ -14,12 +14,14 @@ import os
 import time
 from pathlib import Path
 
+import orjson
+
 from .effects import TraceEvent
 
 log = logging.getLogger("mccs.trace")
 
 VERSION = 1
-_JSON = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps would build one an event
+_JSON = json.JSONEncoder(separators=(",", ":"))  # for what orjson refuses (a str that is not UTF-8)
 
 
 class TraceWriter:
@@ -31,7 +33,7 @@ class TraceWriter:
         self._fd: int | None = None
         self._size = 0
         self._part = 0
-        self._pending: list[bytes] = []
+        self._pending = bytearray()  # one buffer: orjson's results kept as a list cost 5 x its encoding
         self._stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}"
         self._open()
 
@@ -53,11 +55,17 @@ class TraceWriter:
 
     def write(self, ev: TraceEvent) -> None:
         """Buffered until the next flush(), which every pass makes after its commit and before its
-        replies; absent fields are left out; `ts` is when it happened (ev.at) or now."""
-        event = {"v": VERSION, "ts": round(time.time() if ev.at is None else ev.at, 6), "host": self.host, "line": ev.line,
-                 "proto": ev.proto, "type": ev.type, "kind": ev.kind}
-        event.update((k, v) for k, v in ev.fields.items() if v is not None)
-        self._pending.append((_JSON.encode(event) + "\n").encode())
+        replies; absent fields are left out; `ts` is when it happened (ev.at) or now, to the µs.
+        Encoded by orjson: with the stdlib encoder, traces were a fifth of a busy daemon's time."""
+        at = time.time() if ev.at is None else ev.at
+        event = {"v": VERSION, "ts": round(at * 1e6) / 1e6, "host": self.host, "line": ev.line, "proto": ev.proto,
+                 "type": ev.type, "kind": ev.kind}
+        event.update(ev.fields if None not in ev.fields.values() else
+                     ((k, v) for k, v in ev.fields.items() if v is not None))
+        try:
+            self._pending += orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # orjson.JSONEncodeError: a lone surrogate, an int beyond 64 bits
+            self._pending += (_JSON.encode(event) + "\n").encode()
 
     def _write(self, data: bytes) -> None:
         if self._fd is None or self._size >= self.max_bytes:
@@ -73,7 +81,7 @@ class TraceWriter:
 
     def flush(self) -> None:
         if self._pending:
-            self._write(b"".join(self._pending))
+            self._write(self._pending)
             self._pending.clear()
 
     def close(self) -> None:

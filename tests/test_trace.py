@@ -40,6 +40,18 @@ def test_schema_and_rotation(tmp_path):
     assert events[-1]["kind"] == "up" and events[-1]["baud"] == 9600
 
 
+def test_a_field_orjson_refuses_is_still_written(tmp_path):
+    """A lone surrogate (bytes a process name decoded with surrogateescape) or an int beyond 64
+    bits: the stdlib encoder writes it, escaped, on the same line as ever."""
+    t = TraceWriter(tmp_path, "AA")
+    t.write(TraceEvent("msg", "accepted", fields=dict(from_id="AAP\udcff  ", user_id=1 << 70, note="é")))
+    t.write(TraceEvent("msg", "taken", fields=dict(from_id="AAP   ", user_id=7, note="é")))
+    t.close()
+    odd, plain = _events(tmp_path)
+    assert odd["from_id"] == "AAP\udcff  " and odd["user_id"] == 1 << 70 and odd["note"] == "é"
+    assert plain["kind"] == "taken" and plain["note"] == "é" and plain["user_id"] == 7
+
+
 def test_msg_events_precede_replies_so_kill9_loses_none(tmp_path):
     d = DaemonProcess(write_config(tmp_path, "AA", [])).start()
     with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R") as r:
