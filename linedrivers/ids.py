@@ -6,8 +6,9 @@ class IdError(ValueError):
     """An id that breaks the rules of DESIGN.md section 2."""
 
 
-def _printable(text: str) -> bool:
-    return all(33 <= ord(c) <= 126 for c in text)
+def _printable(text: str, blanks: bool = False) -> bool:
+    """Printable ASCII (33-126), and blanks too if `blanks`; str's own tests, as every SEND checks one."""
+    return text.isascii() and text.isprintable() and (blanks or " " not in text)
 
 
 def check_host_id(host: str) -> str:
@@ -25,7 +26,7 @@ def process_id(pid: str) -> str:
         raise IdError(f"invalid process id {pid!r}: need a host id and a name of 1-4 characters")
     check_host_id(pid[:2])
     name = pid[2:].ljust(4)
-    if not name.strip() or not all(c == " " or _printable(c) for c in name):
+    if not name.strip() or not _printable(name, blanks=True):
         raise IdError(f"invalid process id {pid!r}: the name needs 1-4 printable characters")
     return pid[:2] + name
 
@@ -35,7 +36,7 @@ def process_name(name: str) -> str:
     if not isinstance(name, str) or not 1 <= len(name.rstrip()) <= 4:
         raise IdError(f"invalid process name {name!r}: need 1-4 printable characters")
     name = name.rstrip().ljust(4)
-    if not name.strip() or not all(c == " " or _printable(c) for c in name):
+    if not name.strip() or not _printable(name, blanks=True):
         raise IdError(f"invalid process name {name!r}: need 1-4 printable characters")
     return name
 

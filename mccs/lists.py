@@ -10,6 +10,7 @@ waiting RECVs per process with their deadlines in a heap.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 from collections import OrderedDict, defaultdict, deque
@@ -74,8 +75,8 @@ class MSGBLOK:
         """Going in segments on the line to `peer`, with pieces still to hand to it."""
         return self.line == peer and self.next_off < self.size
 
-    @property
-    def origin(self) -> str:
+    @functools.cached_property
+    def origin(self) -> str:  # every trace of it asks (from_id never changes)
         return host_of(self.from_id)
 
     @property
@@ -366,8 +367,10 @@ class RecvList:
         box = self.boxes.get(blk.to_id)
         if box is None:
             return
-        box.take(blk)
-        box.handed.pop(blk.seq, None)
+        if blk.state is BlockState.HANDED:  # off the ready indexes already (hand)
+            box.handed.pop(blk.seq, None)
+        else:
+            box.take(blk)
         self._count -= 1
         if not len(box):
             del self.boxes[blk.to_id]

@@ -130,16 +130,16 @@ BATCH_BYTES = 128 << 10  # message bytes in one send_many (the frame limit of th
 
 
 def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, required: bool = False):
-    if key not in req or req[key] is None:
+    value = req.get(key)
+    if value is None:
         if required:
             raise RequestError("bad_request", f"missing field {key!r}")
         return default
-    value = req[key]
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise RequestError("bad_request", f"{key} must be {_names(kind)}, not a boolean")
-    if not isinstance(value, kind):
-        raise RequestError("bad_request", f"{key} must be {_names(kind)}, not {type(value).__name__}")
-    return value
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, kind) and (type(value) is not bool or bool in kinds):  # True is an int too
+        return value
+    raise RequestError("bad_request", f"{key} must be {_names(kind)}, not "
+                                      f"{'a boolean' if isinstance(value, bool) else type(value).__name__}")
 
 
 def _names(kind) -> str:
