@@ -7,7 +7,6 @@ Each constructor here is the one place that knows a table's columns.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import operator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -101,12 +100,12 @@ class BlobWrite(Change):
     transaction: sql names the table, params are (rowid, offset, data)."""
 
 
-@functools.cache
 def _insert(table: Table, columns: tuple[str, ...], verb: str = "INSERT") -> str:
     return f"{verb} INTO {table} ({', '.join(columns)}) VALUES ({','.join('?' * len(columns))})"
 
 
 _block_values = operator.attrgetter(*MSGBLOK_COLUMNS)
+_ADD_BLOCK = {table: _insert(table, (*MSGBLOK_COLUMNS, "text")) for table in (Table.SEND_LIST, Table.RECV_LIST)}
 
 
 def add_block(table: Table, row: Row) -> Change:
@@ -115,7 +114,7 @@ def add_block(table: Table, row: Row) -> Change:
     text = 0
     if isinstance(row.data, Stored):
         text, row = row.data.rowid, dataclasses.replace(row, data=b"")
-    return Change(_insert(table, (*MSGBLOK_COLUMNS, "text")), (*_block_values(row), text))
+    return Change(_ADD_BLOCK[table], (*_block_values(row), text))
 
 
 

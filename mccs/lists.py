@@ -10,7 +10,6 @@ waiting RECVs per process with their deadlines in a heap.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import heapq
 import itertools
 from collections import OrderedDict, defaultdict, deque
@@ -75,8 +74,8 @@ class MSGBLOK:
         """Going in segments on the line to `peer`, with pieces still to hand to it."""
         return self.line == peer and self.next_off < self.size
 
-    @functools.cached_property
-    def origin(self) -> str:  # every trace of it asks (from_id never changes)
+    @property
+    def origin(self) -> str:
         return host_of(self.from_id)
 
     @property

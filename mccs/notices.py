@@ -34,7 +34,7 @@ NAME = "MCCS"  # the daemon's own process name: notices come from it, no process
 
 def fields(m: MSGBLOK) -> dict:
     """A message's identity in trace events."""
-    return dict(origin=m.origin, msg_id=m.msg_id, from_id=m.from_id, to_id=m.to_id, user_id=m.user_id)
+    return {"origin": m.origin, "msg_id": m.msg_id, "from_id": m.from_id, "to_id": m.to_id, "user_id": m.user_id}
 
 
 class Notices:
