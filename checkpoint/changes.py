@@ -10,6 +10,7 @@ import dataclasses
 import operator
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, NamedTuple
 
 
 class Table(StrEnum):
@@ -87,17 +88,17 @@ class PendingSend:
     priority: int = 0
 
 
-@dataclass(frozen=True)
-class Change:
-    """One statement of a pass's transaction."""
+class Change(NamedTuple):
+    """One statement of a pass's transaction. A named tuple, not a frozen dataclass: the core
+    makes a few a message, and a frozen dataclass costs three times as much to make."""
     sql: str
     params: tuple
 
 
-@dataclass(frozen=True)
 class BlobWrite(Change):
     """Bytes written into a stored text at `offset` (SQLite incremental blob I/O), in the pass's
     transaction: sql names the table, params are (rowid, offset, data)."""
+    __slots__ = ()
 
 
 def _insert(table: Table, columns: tuple[str, ...], verb: str = "INSERT") -> str:
@@ -105,16 +106,18 @@ def _insert(table: Table, columns: tuple[str, ...], verb: str = "INSERT") -> str
 
 
 _block_values = operator.attrgetter(*MSGBLOK_COLUMNS)
+_DATA = MSGBLOK_COLUMNS.index("data")
 _ADD_BLOCK = {table: _insert(table, (*MSGBLOK_COLUMNS, "text")) for table in (Table.SEND_LIST, Table.RECV_LIST)}
 
 
-def add_block(table: Table, row: Row) -> Change:
-    """A MSGBLOK; one whose text is Stored names it (the text is never copied). A trigger deletes
-    the text with the row (store.py)."""
-    text = 0
+def add_block(table: Table, row: Row | Any) -> Change:
+    """A MSGBLOK: a Row, or the core's block itself (anything with MSGBLOK_COLUMNS; no Row made a
+    message). One whose text is Stored names it (the text is never copied); a trigger deletes the
+    text with the row (store.py)."""
+    values = _block_values(row)
     if isinstance(row.data, Stored):
-        text, row = row.data.rowid, dataclasses.replace(row, data=b"")
-    return Change(_ADD_BLOCK[table], (*_block_values(row), text))
+        return Change(_ADD_BLOCK[table], (*values[:_DATA], b"", *values[_DATA + 1:], row.data.rowid))
+    return Change(_ADD_BLOCK[table], (*values, 0))
 
 
 

@@ -134,7 +134,7 @@ class ProcessDispatcher:
             blk.data = Stored(seq, len(prq.data), blk.crc)
             self.blobs.add(blk.data, prq.data)
             fx.change(*ch.add_text(seq, prq.data))
-        fx.change(*id_changes, ch.add_block(table, blk.row()), ch.send_done(prq.req, seq, msg_id, prq.to_id))
+        fx.change(*id_changes, ch.add_block(table, blk), ch.send_done(prq.req, seq, msg_id, prq.to_id))
         prq.data = b""
         if prq.durable:
             fx.change(ch.delete_waiting(prq.req))

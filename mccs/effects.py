@@ -8,19 +8,22 @@ commit fails, nothing after it is done.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 from checkpoint.changes import Change
 
 
-@dataclass(frozen=True)
-class TraceEvent:
-    """One trace line of DESIGN.md section 6; the writer adds v, ts and host."""
+class TraceEvent(NamedTuple):
+    """One trace line of DESIGN.md section 6; the writer adds v, ts and host. A named tuple: a
+    pass makes one or more a message."""
     type: str  # frame, msg or line
     kind: str
     line: str | None = None
     proto: str | None = None
-    fields: dict = field(default_factory=dict)
+    fields: Mapping = MappingProxyType({})
     at: float | None = None  # wall time it happened, if before the pass that writes it
 
 

@@ -62,10 +62,6 @@ class MSGBLOK:
         blk.next_off = blk.acked
         return blk
 
-    def row(self) -> Row:
-        return Row(self.seq, self.to_id, self.from_id, self.msg_id, self.user_id, self.data, self.ts, self.hops,
-                   self.pseq, self.epoch, self.expires, self.flags, self.crc, self.priority, self.acked)
-
     @property
     def size(self) -> int:
         return len(self.data)

@@ -111,7 +111,7 @@ class Notices:
             return None
         blk = MSGBLOK(seq, to_id, self.host + NAME, msg_id, user_id, text, wall,
                       expires=0.0 if local else wall + (ttl or self.ttl), flags=NOTICE, priority=priority)
-        fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk.row()))
+        fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk))
         fx.trace("msg", "accepted", notice=kind, **fields(blk))
         self.counters["notices"] += 1
         if local:

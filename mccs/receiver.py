@@ -169,7 +169,7 @@ class MessageReceiver:
                 blk.parked_until = wall + VOID_RETRY  # its successors get their turn once the loop is mended
                 self.counters["voids_parked"] += 1
             blk.hops = 0
-            add = ch.add_block(Table.SEND_LIST, blk.row())  # (a void: no text to copy)
+            add = ch.add_block(Table.SEND_LIST, blk)  # (a void: no text to copy)
         self.lists.send.add(blk)
         if blk.origin == self.host:  # came back round: its MSG_ID is in use here again
             self.ids.hold(blk.msg_id)
@@ -201,7 +201,7 @@ class MessageReceiver:
                       priority=env.priority)
         if stored:
             self.blobs.later(stored)  # its last segment is written with this pass's commit
-        add = ch.add_block(table, blk.row())
+        add = ch.add_block(table, blk)
         return blk, add
 
     def _duplicate(self, src: Arrival, m: Image, fx: Effects) -> None:
