@@ -10,6 +10,7 @@ import base64
 import binascii
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from linedrivers.ids import IdError, check_host_id, process_id, process_name
 
@@ -37,8 +38,8 @@ class Observe:
     name: str  # a process name of this host: copies of its messages to this connection too
 
 
-@dataclass(frozen=True)
-class Send:
+class Send(NamedTuple):
+    """A named tuple, not a frozen dataclass like the others: a send_many makes one an entry."""
     to_id: str
     data: bytes
     user_id: int
