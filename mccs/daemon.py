@@ -38,6 +38,7 @@ from .trace import TraceWriter
 
 log = logging.getLogger("mccs.daemon")
 
+GATHER_WAIT = 0.0005  # seconds a pass may wait for the processes its last commit answered (group commit)
 SPACE_CHECK = 1.0  # seconds between checks of the free space, while changes are made
 FULL_PROBE = 2.0  # seconds between attempts to write again while the disk is full
 RECOVERY_LIMIT = 5  # failed passes within RECOVERY_WINDOW seconds (other than a full disk) stop the daemon
@@ -66,6 +67,8 @@ class Daemon:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._pass_pending = False
+        self._gathering: asyncio.TimerHandle | None = None  # a pass that waits for answered processes
+        self._answered: set[int] = set()  # connections the last commit answered, not yet back
         self.passes = 0  # passes run: with commits, what a message costs the daemon (mccs status)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -153,6 +156,7 @@ class Daemon:
         self.kernel.connected(conn.id, conn.creds)
 
     def disconnected(self, conn: server.Connection) -> None:
+        self._answered.discard(conn.id)
         if self.conns.pop(conn.id, None) is not None:
             self.kernel.disconnected(conn.id)
             self.wake()
@@ -179,7 +183,11 @@ class Daemon:
                 conn.use(req.name)
                 return
             self.kernel.request(conn.id, rid, req, time.monotonic(), self._prior(req))
-        self.wake()
+        self._answered.discard(conn.id)
+        if self._answered:
+            self._gather()
+        else:
+            self.wake()
 
     def _prior(self, req: requests.Request):
         """What the checkpoint says a SEND's (or a batch's) request id got: a retry after a restart."""
@@ -202,9 +210,21 @@ class Daemon:
         """Something changed: run one pass soon (once, however many things changed). Group
         commit: the pass waits one more turn of the loop, so the requests of the processes
         answered by the last pass, ready by then, share its commit (BENCHMARKS.md, issue 15)."""
+        if self._gathering is not None:  # waits no longer
+            self._gathering.cancel()
+            self._gathering = None
+            self._pass_pending = False
         if not self._pass_pending:
             self._pass_pending = True
             self.loop.call_soon(self.loop.call_soon, self.run_pass)
+
+    def _gather(self) -> None:
+        """A request while processes the last commit answered are still to ask again: the pass
+        waits for them up to GATHER_WAIT, so that their requests share its commit (as a database's
+        commit_delay does). The last of them to ask, or anything else, runs it at once."""
+        if not self._pass_pending:
+            self._pass_pending = True
+            self._gathering = self.loop.call_later(GATHER_WAIT, self.run_pass)
 
     def _wake_at(self, when: float) -> None:
         """Run a pass at monotonic time `when` (a RECV timeout or a line timer)."""
@@ -222,6 +242,9 @@ class Daemon:
     # -- one pass -------------------------------------------------------------------------------
     def run_pass(self) -> None:
         self._pass_pending = False
+        if self._gathering is not None:
+            self._gathering.cancel()
+            self._gathering = None
         self.passes += 1
         now = time.monotonic()
         try:
@@ -245,6 +268,7 @@ class Daemon:
             conn = self.conns.get(reply.conn)
             if conn is not None:
                 self._answer(conn, reply.body)
+        self._answered = {reply.conn for reply in fx.replies} if fx.changes else set()
         self._write_lines(fx.writes)
         for start in fx.starts:
             self.loop.create_task(self._run_program(start))
