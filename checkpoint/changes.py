@@ -120,7 +120,6 @@ def add_block(table: Table, row: Row | Any) -> Change:
     return Change(_ADD_BLOCK[table], (*values, 0))
 
 
-
 def add_text(rowid: int, data: bytes | memoryview, piece: int = 1 << 20) -> list[Change]:
     """A long text that is in memory, into TEXTS: room for it, then the text written in pieces,
     so SQLite never holds a copy of all of it."""
