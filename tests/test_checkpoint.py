@@ -156,3 +156,17 @@ def test_a_long_text_lives_in_texts_is_read_in_pieces_and_goes_with_its_row(tmp_
     cp.apply([ch.delete_block(Table.SEND_LIST, 100)])  # the trigger takes the text with the row
     assert cp.conn.execute("SELECT count(*) FROM texts").fetchone()[0] == 0
     cp.close()
+
+
+def test_creating_a_checkpoint_loads_no_numpy(tmp_path):
+    """sqlite-utils would import numpy (and pandas) if it could, 18 MB a new daemon keeps for
+    nothing; hidden while it loads, and importable as ever afterwards. In a process of its own,
+    since this one may have numpy already."""
+    import subprocess
+    import sys
+    pytest.importorskip("numpy")  # without numpy there is nothing to hide
+    code = ("import sys; from checkpoint.store import Checkpoint; Checkpoint(sys.argv[1], 'AA').close(); "
+            "loaded = 'numpy' in sys.modules; import numpy; print(loaded, numpy.__name__)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "AA.db")], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    assert out == ["False", "numpy"]
