@@ -210,13 +210,13 @@ class Daemon:
         """Something changed: run one pass soon (once, however many things changed). Group
         commit: the pass waits one more turn of the loop, so the requests of the processes
         answered by the last pass, ready by then, share its commit (BENCHMARKS.md, issue 15)."""
-        if self._gathering is not None:  # waits no longer
+        if self._gathering is not None:  # a pass that waits for processes: it waits no longer
             self._gathering.cancel()
             self._gathering = None
-            self._pass_pending = False
-        if not self._pass_pending:
-            self._pass_pending = True
-            self.loop.call_soon(self.loop.call_soon, self.run_pass)
+        elif self._pass_pending:
+            return
+        self._pass_pending = True
+        self.loop.call_soon(self.loop.call_soon, self.run_pass)
 
     def _gather(self) -> None:
         """A request while processes the last commit answered are still to ask again: the pass

@@ -125,9 +125,9 @@ class QueueRequest:
 
 
 Request = Hello | Observe | Send | SendMany | Recv | Confirm | Cancel | Status | Codec | Ping | QueueRequest
-NAMED = (Observe, Send, SendMany, Recv, Confirm, Cancel)
+NAMED = (Observe, Send, SendMany, Recv, Confirm, Cancel)  # need a process name (hello) first
 BATCH_MAX = 1000  # entries in one send_many
-BATCH_BYTES = 128 << 10  # message bytes in one send_many (the frame limit of the socket follows from it)  # need a process name (hello) first
+BATCH_BYTES = 128 << 10  # message bytes in one send_many (the frame limit of the socket follows from it)
 
 
 def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, required: bool = False):
@@ -136,9 +136,8 @@ def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, req
         if required:
             raise RequestError("bad_request", f"missing field {key!r}")
         return default
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, kind) and (type(value) is not bool or bool in kinds):  # True is an int too
-        return value
+    if isinstance(value, kind) and (type(value) is not bool or bool in (kind if isinstance(kind, tuple) else (kind,))):
+        return value  # (True is an int too: a boolean only where one is asked for)
     raise RequestError("bad_request", f"{key} must be {_names(kind)}, not "
                                       f"{'a boolean' if isinstance(value, bool) else type(value).__name__}")
 
