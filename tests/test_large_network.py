@@ -18,7 +18,7 @@ from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.vserial import Lines
 
-BAUD = 1_000_000  # paced: 100,000 bytes/s, so 4 MiB takes about 45 s
+BAUD = 2_000_000  # paced: 200,000 bytes/s, so 4 MiB takes about 22 s
 SIZE = 4 << 20
 
 

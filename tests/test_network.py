@@ -139,13 +139,14 @@ def test_three_hosts_mesh_noise_disconnects_and_kill9(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_loopback_command_detects_an_injected_loss(tmp_path):
-    base = [sys.executable, "-m", "mccs.cli", "loopback", "--hosts", "2", "--protocol", "async", "--messages", "60",
-            "--timeout", "25"]
-    good = subprocess.run(base + ["--dir", str(tmp_path / "good")], capture_output=True, text=True, timeout=100)
+    base = [sys.executable, "-m", "mccs.cli", "loopback", "--hosts", "2", "--protocol", "async", "--messages", "60"]
+    good = subprocess.run(base + ["--timeout", "25", "--dir", str(tmp_path / "good")], capture_output=True, text=True,
+                          timeout=100)
     assert good.returncode == 0 and "PASS" in good.stdout, good.stdout + good.stderr
-    # the receiving processes (test tooling, not the daemons) leave every 4th message out of their logs
-    bad = subprocess.run(base + ["--dir", str(tmp_path / "bad"), "--fault-drop-received", "4"],
+    # the receiving processes (test tooling, not the daemons) leave every 4th message out of their logs; the
+    # run waits out its timeout for them, so a shorter one (the good run takes about 2 s)
+    bad = subprocess.run(base + ["--timeout", "10", "--dir", str(tmp_path / "bad"), "--fault-drop-received", "4"],
                          capture_output=True, text=True, timeout=100)
     assert bad.returncode == 1 and "FAIL" in bad.stdout
     lost = int(next(line.split()[-1] for line in bad.stdout.splitlines() if line.strip().startswith("lost ")))
-    assert lost >= 5
+    assert 5 <= lost <= 20, bad.stdout  # about a quarter of the 60: the injected loss, not the whole run

@@ -80,7 +80,7 @@ def _recv_ids(r, n: int, timeout: float, what: str) -> list[int]:
 @pytest.mark.timeout(240)
 def test_an_urgent_message_overtakes_hundreds_queued_on_a_9600_baud_line_and_the_bulk_arrives_once_in_order(
         tmp_path):
-    baud, n = 9600, 400
+    baud, n = 9600, 200
     with _chain(tmp_path, ["AA", "BB"], baud) as d:
         _line_up(d["AA"])
         bulk: list[int] = []

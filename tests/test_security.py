@@ -16,7 +16,7 @@ import pytest
 
 import mccs
 from mccs.client import Refused
-from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, wait_until, write_config
 
 pytestmark = pytest.mark.timeout(120)
 MCCS = [sys.executable, "-m", "mccs.cli"]
@@ -161,7 +161,10 @@ def test_lines_with_secrets_carry_traffic_only_between_ends_that_share_them(tmp_
             with a.start(), b.start():
                 with mccs.connect(a.config, "SND") as snd, mccs.connect(b.config, "RCV") as rcv:
                     snd.send("BBRCV", b"signed")
-                    got = rcv.recv(timeout=8 if case == "same" else 4)
+                    if case != "same":  # the sign-on refused, traced; after that nothing can cross
+                        wait_until(lambda: any(t["kind"] == "signon_refused" for d in (a, b) for t in _traces(d)),
+                                   30, f"{case}: no signon_refused traced")
+                    got = rcv.recv(timeout=8 if case == "same" else 1)
                     status = snd.status()
                     line, waiting = status["lines"][0], status["lists"]["send"]
         refusals = [t for d in (a, b) for t in _traces(d) if t["type"] == "line" and t["kind"] == "signon_refused"]
