@@ -21,7 +21,7 @@ from .effects import TraceEvent
 log = logging.getLogger("mccs.trace")
 
 VERSION = 1
-_JSON = json.JSONEncoder(separators=(",", ":"))  # for what orjson refuses (a str that is not UTF-8)
+_JSON = json.JSONEncoder(separators=(",", ":"))  # for what orjson refuses (a lone surrogate, an int over 64 bits)
 
 
 class TraceWriter:
@@ -64,7 +64,7 @@ class TraceWriter:
                      ((k, v) for k, v in ev.fields.items() if v is not None))
         try:
             self._pending += orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE)
-        except TypeError:  # orjson.JSONEncodeError: a lone surrogate, an int beyond 64 bits
+        except TypeError:  # orjson.JSONEncodeError (see _JSON)
             self._pending += (_JSON.encode(event) + "\n").encode()
 
     def _write(self, data: bytes) -> None:
