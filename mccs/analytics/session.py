@@ -55,6 +55,9 @@ def start_session(master: str | None = None, driver_memory: str = "3g"):
     options = {"spark.master": master, "spark.app.name": "mccs-analyze", "spark.ui.enabled": "false",
                "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
                "spark.sql.shuffle.partitions": "16",
+               # the analysis's collect_list and percentile_approx have a few thousand groups at
+               # most; past 128 Spark would leave its hash aggregation for a sort
+               "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "4096",
                "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
                "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}"}

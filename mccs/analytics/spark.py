@@ -112,7 +112,6 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
     summed, in Spark), or None for bins under a minute not counted here (a window known only now).
     Only fixed-width aggregates (no max of a string): those keep Spark on its hash aggregation
     instead of a sort."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     up_down = ~F.col("bad") & (F.col("type") == "line") & F.col("kind").isin("up", "down") & F.col("line").isNotNull()
     frame = in_window & (F.col("type") == "frame") & F.col("line").isNotNull() & F.col("dir").isNotNull()
@@ -129,13 +128,19 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
            .agg(*[F.grouping(k).alias(f"g_{k}") for k in bins], *_frame_counts(),
                 F.count(F.when(F.col("ok") == F.lit(False), 1)).alias("bad_frames"),
                 F.count(F.when(data_msg, 1)).alias("data_messages"),
-                F.min("ts").alias("t_min"), F.max("ts").alias("t_max"))
-           .persist(StorageLevel.MEMORY_AND_DISK))
-    try:                        # grouping(k) is 1 in the rows of a set without k: sides have no bin
-        sides = [r.asDict() for r in agg.filter(sum(F.col(f"g_{k}") for k in bins) == len(bins)).collect()]
-        per = {k: _per_dir(agg.filter((F.col(f"g_{k}") == 0) & F.col(k).isNotNull()), k) for k in bins}
-    finally:
-        agg.unpersist()
+                F.min("ts").alias("t_min"), F.max("ts").alias("t_max")))
+    # One action for both kinds of group (a cached aggregation read twice cost more): grouping(k)
+    # is 1 in the rows of a set without k, so a side (all 1) is a group of its own below, and the
+    # bins of a set are packed per line end and direction.
+    flags = [f"g_{k}" for k in bins]
+    bin_ = F.coalesce(*[F.col(k) for k in bins]).alias("bin")
+    side = sum(F.col(g) for g in flags) == len(bins)
+    sides, per = [], {k: [] for k in bins}
+    for r in _per_dir(agg.filter(side | bin_.isNotNull()).select("*", bin_), "bin", (*flags, *side_keys), SIDE_COLUMNS):
+        if all(r[g] for g in flags):
+            sides.append({k: r[k] for k in (*side_keys, *SIDE_COLUMNS)} | {c: r[c][0] for c in BIN_COLUMNS})
+        else:
+            per[next(k for k in bins if not r[f"g_{k}"])].append(r)
     minutes = _rows(per["minute"], MINUTE, label="minute")
     win = [r for r in sides if r["win"]]
     window, traffic = None, []
@@ -150,17 +155,19 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
 
 
 BIN_COLUMNS = ("n", "bytes", "retrans", "data_frames")
+SIDE_COLUMNS = ("bad_frames", "data_messages", "t_min", "t_max")   # counted per side only
 
 
-def _per_dir(counts, key: str) -> list:
+def _per_dir(counts, key: str, by=("host", "line", "dir"), single=()) -> list:
     """Frame counts per (host, line, dir, `key`: a bin number) as one Row of arrays per line end
-    and direction (bins in order): a million Rows would take longer than the job."""
+    and direction (bins in order): a million Rows would take longer than the job. Columns
+    `single` are taken as they are, for groups of one row."""
     from pyspark.sql import functions as F
-    columns = (key, *BIN_COLUMNS)
-    return (counts.groupBy("host", "line", "dir")
-            .agg(F.sort_array(F.collect_list(F.struct(*columns))).alias("m"))
-            .select("host", "line", "dir", F.col(f"m.{key}").alias("bin"),
-                    *[F.col(f"m.{c}").alias(c) for c in BIN_COLUMNS]).collect())
+    return (counts.groupBy(*by)
+            .agg(F.sort_array(F.collect_list(F.struct(key, *BIN_COLUMNS))).alias("m"),
+                 *[F.max(c).alias(c) for c in single])
+            .select(*by, *single, F.col(f"m.{key}").alias("bin"), *[F.col(f"m.{c}").alias(c) for c in BIN_COLUMNS])
+            .collect())
 
 
 def _rows(per_dir: list, width: float, into: float | None = None, label: str = "start") -> list[dict]:
@@ -312,11 +319,6 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
     def at(kind, column):
         return F.min(F.when(F.col("kind") == kind, F.col(column)))
 
-    def event(prefix, **more):
-        """The time of a message's first event of a kind (and where), null when it has none."""
-        ts = F.col(f"{prefix}_ts")
-        return F.when(ts.isNotNull(), F.struct(ts.alias("ts"), *[_decode(F.col(c)).alias(k) for k, c in more.items()]))
-
     # Only numbers are aggregated (hosts as codes): that keeps Spark on a hash aggregation.
     # A message is received and delivered at one host, so the least host code is that host.
     # Its path: arrival n_arr (from the first, `first_arr`) goes to slot n_arr % PATH_SLOTS as
@@ -337,11 +339,11 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
                 F.min("n_arr").alias("first_arr"), F.max("n_arr").alias("last_arr"),
                 *[F.min(F.when(F.col("n_arr") % PATH_SLOTS == j, F.shiftleft(F.col("n_arr"), 32) + F.col("host32")))
                   .alias(c) for j, c in enumerate(slots)])
-           .select("origin", "msg_id", "gen", "n_recv", "n_deliv", "n_dup", event("acc", to_host="acc_to").alias("acc"),
-                   event("ack").alias("ack"), event("recv", host="recv_host").alias("recv"),
-                   event("deliv", host="deliv_host").alias("deliv"), "n_fwd", "n_exp", "hops", "reason", "notice",
+           .select("origin", "msg_id", "gen", "n_recv", "n_deliv", "n_dup", "acc_ts", _decode("acc_to").alias("acc_to"),
+                   "ack_ts", "recv_ts", _decode("recv_host").alias("recv_host"), "deliv_ts",
+                   _decode("deliv_host").alias("deliv_host"), "n_fwd", "n_exp", "hops", "reason", "notice",
                    "first_arr", "last_arr", *slots)
-           .withColumn("latency", F.col("deliv.ts") - F.col("acc.ts"))
+           .withColumn("latency", F.col("deliv_ts") - F.col("acc_ts"))
            .persist(StorageLevel.MEMORY_AND_DISK))
     known = F.col("gen") > 0
     # An expired message (hop limit, ttl) was removed on purpose and its sender told: not lost,
@@ -351,7 +353,7 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
     pending = known & (F.col("n_recv") > 0) & (F.col("n_deliv") == 0) & (F.col("n_exp") == 0)
     duplicated = known & (F.col("n_deliv") > 1)
     notice = known & F.col("notice").isNotNull()
-    to_recv = F.when(known, F.col("recv.ts") - F.col("acc.ts"))
+    to_recv = F.when(known, F.col("recv_ts") - F.col("acc_ts"))
     per_hop = F.when(F.col("hops") > 0, to_recv / F.col("hops"))
 
     def n(cond):
@@ -414,12 +416,12 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
     problems = [{"origin": r["origin"], "msg_id": r["msg_id"], "accepted": r["accepted"], "status": r["status"],
                  "path": _path([r[c] for c in slots], r["first_arr"], r["last_arr"])}
                 for r in per.filter(lost | pending | duplicated | expired)
-                .select("origin", "msg_id", F.col("acc.ts").alias("accepted"),
+                .select("origin", "msg_id", F.col("acc_ts").alias("accepted"),
                         F.when(lost, "lost").when(pending, "pending").when(expired, "expired")
                         .otherwise("duplicated").alias("status"),
                         "first_arr", "last_arr", *slots)
                 .orderBy("accepted").limit(100_000).collect()]
-    hwm = _high_water(per)
+    hwm = _high_water(per, width)
     per.unpersist()
     return messages, routing, hwm, histogram, problems, latency_bins
 
@@ -516,7 +518,7 @@ def _histogram(lat, width: float) -> tuple[list[dict], list[dict], list[dict]]:
     percentile, within 1/ACCURACY of the rank): one aggregation for the three."""
     from pyspark.sql import functions as F
     keys = lat.select("latency", "hops", F.floor(F.log10(F.greatest(F.col("latency"), F.lit(1e-4))) * 10).alias("b"),
-                      F.floor(F.col("acc.ts") / width).alias("bin"))
+                      F.floor(F.col("acc_ts") / width).alias("bin"))
     rows = (keys.groupingSets([("b", "hops"), ("bin",)], "b", "hops", "bin")
             .agg(F.grouping("bin").alias("g_bin"), F.count(F.lit(1)).alias("count"),
                  F.percentile_approx("latency", [0.5, 0.99], ACCURACY).alias("pct")).collect())
@@ -534,28 +536,36 @@ def _histogram(lat, width: float) -> tuple[list[dict], list[dict], list[dict]]:
             [{"hops": k, "messages": v} for k, v in sorted(hops.items())], sorted(bins, key=lambda b: b["start"]))
 
 
-def _high_water(per) -> dict:
+def _high_water(per, width: float) -> dict:
     """Largest SEND_LIST (accepted for another host, not yet acked) and RECV_LIST (received,
-    not yet delivered) per host, as far as the traces show them (counted from zero)."""
+    not yet delivered) per host, as far as the traces show them (counted from zero).
+
+    The running level is summed per bin of `width` seconds (its change over the bin and its
+    highest point inside), and the bins are chained here: the same figure as one running sum
+    over all of a host's events, without a window partition of millions of rows."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    remote = (F.col("gen") > 0) & (F.col("acc.to_host") != F.col("origin"))
-    has_recv = F.col("recv").isNotNull()
-    steps = [per.filter(remote).select(F.col("origin").alias("host"), F.lit("send").alias("list"),
-                                       F.col("acc.ts").alias("ts"), F.lit(1).alias("d")),
-             per.filter(remote & F.col("ack").isNotNull()).select(
-                 F.col("origin").alias("host"), F.lit("send"), F.col("ack.ts"), F.lit(-1)),
-             per.filter(has_recv).select(F.col("recv.host"), F.lit("recv"), F.col("recv.ts"), F.lit(1)),
-             per.filter(has_recv & F.col("deliv").isNotNull()).select(
-                 F.col("deliv.host"), F.lit("recv"), F.col("deliv.ts"), F.lit(-1))]
-    all_steps = steps[0]
-    for df in steps[1:]:
-        all_steps = all_steps.union(df)
-    order = (Window.partitionBy("host", "list").orderBy("ts", "d")
-             .rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    rows = (all_steps.withColumn("level", F.sum("d").over(order))
-            .groupBy("host", "list").agg(F.max("level").alias("hwm")).collect())
-    return {(r["host"], r["list"]): max(0, r["hwm"]) for r in rows}
+    remote = (F.col("gen") > 0) & (F.col("acc_to") != F.col("origin"))
+    received = F.col("recv_ts").isNotNull()
+    # a message's steps up (+1) and down (-1) of the lists, as rows; a step it did not take has no time
+    steps = [(F.col("origin"), "send", F.when(remote, F.col("acc_ts")), 1),
+             (F.col("origin"), "send", F.when(remote, F.col("ack_ts")), -1),
+             (F.col("recv_host"), "recv", F.col("recv_ts"), 1),
+             (F.col("deliv_host"), "recv", F.when(received, F.col("deliv_ts")), -1)]
+    steps = F.array(*[F.struct(host.alias("host"), F.lit(name).alias("list"), ts.alias("ts"), F.lit(d).alias("d"))
+                      for host, name, ts, d in steps])
+    bin_ = ("host", "list", "bin")
+    order = (Window.partitionBy(*bin_).orderBy("ts", "d").rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    rows = (per.select(F.inline(steps)).filter(F.col("ts").isNotNull())
+            .withColumn("bin", F.floor(F.col("ts") / width))
+            .withColumn("level", F.sum("d").over(order))
+            .groupBy(*bin_).agg(F.sum("d").alias("change"), F.max("level").alias("peak")).collect())
+    hwm, level = {}, {}
+    for r in sorted(rows, key=lambda r: r["bin"]):
+        key = (r["host"], r["list"])
+        hwm[key] = max(hwm.get(key, 0), level.get(key, 0) + r["peak"])
+        level[key] = level.get(key, 0) + r["change"]
+    return hwm
 
 
 def _hosts(counts: dict, hwm: dict) -> list[dict]:
