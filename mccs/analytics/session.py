@@ -54,7 +54,6 @@ def start_session(master: str | None = None, driver_memory: str = "3g"):
     master = master or "local[*]"
     options = {"spark.master": master, "spark.app.name": "mccs-analyze", "spark.ui.enabled": "false",
                "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
-               "spark.sql.shuffle.partitions": "16",
                # the analysis's collect_list and percentile_approx have a few thousand groups at
                # most; past 128 Spark would leave its hash aggregation for a sort
                "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "4096",
@@ -66,6 +65,8 @@ def start_session(master: str | None = None, driver_memory: str = "3g"):
     _start_jvm(SparkConf().setAll(list(options.items())))
     spark = SparkSession.builder.config(map=options).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    # four tasks a core: the shuffles are small, and Spark's default of 200 is for clusters
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(8, 4 * spark.sparkContext.defaultParallelism)))
     return spark
 
 

@@ -12,6 +12,8 @@ per-hop latency, expired, notices, paths) are documented in `schema`.
 from __future__ import annotations
 
 import time
+from itertools import groupby
+from operator import itemgetter
 
 from mccs.analytics import AnalyzeError
 from mccs.analytics.progress import QUIET, Progress
@@ -177,19 +179,13 @@ def _rows(per_dir: list, width: float, into: float | None = None, label: str = "
     step, into = int(width), int(into or width)
     out = []
     for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"])):
-        line = "-".join(sorted((r["host"], r["line"])))
-        last = None
-        for b, n, nbytes, rt, d in zip(r["bin"], *(r[c] for c in BIN_COLUMNS)):
-            start = b * step // into * into
-            if last is not None and last[label] == start:
-                last["frames"] += n
-                last["bytes"] += nbytes
-                last["retransmissions"] += rt
-                last["data_frames"] += d
-                continue
-            last = {"line": line, "host": r["host"], "dir": r["dir"], label: start, "frames": n, "bytes": nbytes,
-                    "retransmissions": rt, "data_frames": d}
-            out.append(last)
+        line, host, dir_ = "-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]
+        bins = zip((b * step // into * into for b in r["bin"]), zip(*(r[c] for c in BIN_COLUMNS)))
+        if into != step:        # the bins are in order, so those of one start are consecutive
+            bins = ((start, [sum(c) for c in zip(*(counts for _, counts in group))])
+                    for start, group in groupby(bins, key=itemgetter(0)))
+        out += [{"line": line, "host": host, "dir": dir_, label: start, "frames": n, "bytes": nbytes,
+                 "retransmissions": rt, "data_frames": d} for start, (n, nbytes, rt, d) in bins]
     return out
 
 
@@ -236,9 +232,8 @@ def _directions(counts: dict, minutes: list[dict], up: list[dict], baud: dict, w
     sides = {(h, ln) for (t, h, ln, _, _) in counts if ln is not None and t in ("frame", "line")}
     sides |= {(u["host"], u["peer"]) for u in up}
     peak: dict[tuple, int] = {}
-    for m in minutes:
-        key = (m["host"], m["line"], m["dir"])
-        peak[key] = max(peak.get(key, 0), m["bytes"])
+    for key, group in groupby(minutes, key=itemgetter("host", "line", "dir")):     # in order of line end
+        peak[key] = max(peak.get(key, 0), *map(itemgetter("bytes"), group))
     rows = []
     for host, peer in sorted(sides, key=lambda hp: ("-".join(sorted(hp)), hp[0])):
         name = "-".join(sorted((host, peer)))
