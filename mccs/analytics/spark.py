@@ -1,7 +1,8 @@
 """The Spark job behind `mccs analyze`: trace events in, the summary dict out.
 
-One JSON parse (or Parquet scan) of the traces is cached and every figure comes from a few
-aggregations over it, so the job runs the same on `local[*]` and on a cluster. Only small
+The traces are read twice, nothing of them cached (a second scan costs less than a cache of
+the parsed events): once for every count, once for the messages; every figure comes from a few
+aggregations, so the job runs the same on `local[*]` and on a cluster. Only small
 results (per line, per minute, per host, up/down intervals, latency histogram) reach the
 driver. Percentiles are exact, bit for bit what Spark's `percentile` gives (linear
 interpolation between closest ranks, as numpy's default), found from approximate ones that
