@@ -112,7 +112,7 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
     per bin under a minute when --since and --until make a window short enough for that.
     Returns (sides, minutes, up/down events, window, traffic): the window as (start, end, bin
     width), None without events in it; traffic the frames per bin of that width (the minutes
-    summed, in Spark), or None for bins under a minute not counted here (a window known only now).
+    summed on the driver), or None for bins under a minute not counted here (a window known only now).
     Only fixed-width aggregates (no max of a string): those keep Spark on its hash aggregation
     instead of a sort."""
     from pyspark.sql import functions as F
@@ -544,12 +544,12 @@ def _high_water(per, width: float) -> dict:
     remote = (F.col("gen") > 0) & (F.col("acc_to") != F.col("origin"))
     received = F.col("recv_ts").isNotNull()
     # a message's steps up (+1) and down (-1) of the lists, as rows; a step it did not take has no time
-    steps = [(F.col("origin"), "send", F.when(remote, F.col("acc_ts")), 1),
+    moves = [(F.col("origin"), "send", F.when(remote, F.col("acc_ts")), 1),
              (F.col("origin"), "send", F.when(remote, F.col("ack_ts")), -1),
              (F.col("recv_host"), "recv", F.col("recv_ts"), 1),
              (F.col("deliv_host"), "recv", F.when(received, F.col("deliv_ts")), -1)]
     steps = F.array(*[F.struct(host.alias("host"), F.lit(name).alias("list"), ts.alias("ts"), F.lit(d).alias("d"))
-                      for host, name, ts, d in steps])
+                      for host, name, ts, d in moves])
     bin_ = ("host", "list", "bin")
     order = (Window.partitionBy(*bin_).orderBy("ts", "d").rowsBetween(Window.unboundedPreceding, Window.currentRow))
     rows = (per.select(F.inline(steps)).filter(F.col("ts").isNotNull())
