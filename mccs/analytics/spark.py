@@ -1,7 +1,8 @@
 """The Spark job behind `mccs analyze`: trace events in, the summary dict out.
 
 The traces are read twice, nothing of them cached (a second scan costs less than a cache of
-the parsed events): once for every count, once for the messages; every figure comes from a few
+the parsed events): for every count, and at the same time, on a thread of its own, for the
+per-message table (Spark fills the cores either leaves idle); every figure comes from a few
 aggregations, so the job runs the same on `local[*]` and on a cluster. Only small
 results (per line, per minute, per host, up/down intervals, latency histogram) reach the
 driver. Percentiles are exact, bit for bit what Spark's `percentile` gives (linear
@@ -12,7 +13,9 @@ per-hop latency, expired, notices, paths) are documented in `schema`.
 """
 from __future__ import annotations
 
+import contextlib
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby
 from operator import itemgetter
 
@@ -35,8 +38,9 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
     """The whole analysis: the summary dict (summary.json) plus the tables for the report
     under the private key `_tables`. `progress` is told each step.
 
-    The input is read twice: once for every count (`_one_pass`), once for the messages; a third
-    time only for a window under SUBMINUTE_WINDOW known only after the first (`_frames_per_bin`)."""
+    The input is read twice, at once: for every count (`_one_pass`) and for the per-message table
+    (`_per_message`); a third time only for a window under SUBMINUTE_WINDOW known only after the
+    first (`_frames_per_bin`)."""
     from pyspark.sql import functions as F
 
     t0 = time.monotonic()
@@ -48,53 +52,61 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
     if until is not None:
         in_window &= F.col("ts") < until
     progress.stage("counting frames, line and message events")
-    sides, minutes, up_down, window, traffic = _one_pass(events, in_window, since, until)
-    events_in = sum(r["n"] for r in sides if r["win"])
-    malformed = sum(r["n"] for r in sides if r["bad"])
-    progress.stage(f"{sum(r['n'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
-    if window is None:
-        raise AnalyzeError(f"no valid trace events in the window ({sum(r['n'] for r in sides)} lines read, "
-                           f"{malformed} malformed): check the paths and --since/--until")
-    ws, we, width = window
-    counts: dict[tuple, dict] = {}
-    for r in sides:             # rows apart only by up/down time or proto are one count here
-        key = (r["type"], r["host"], r["line"], r["dir"], r["kind"])
-        if r["win"] and key in counts:
-            c = counts[key]
-            c.update({k: c[k] + r[k] for k in ("n", "bytes", "retrans", "bad_frames", "data_messages")},
-                     proto=max(filter(None, (c["proto"], r["proto"])), default=None))
-        elif r["win"]:
-            counts[key] = r
-    up, baud = _up_intervals(up_down, ws, we)
-    accepted = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "msg" and k == "accepted")
-    progress.stage(f"joining the {accepted:,} messages across hosts")
-    messages, routing, hosts_hwm, histogram, problems, latency_bins = _messages(events.filter(in_window), accepted,
-                                                                                width)
-    routing["route_changes"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "line" and k == "route")
-    directions = _directions(counts, minutes, up, baud, ws, we)
-    if traffic is None:
-        progress.stage(f"counting frames per {width} s")
-        traffic = _frames_per_bin(events, in_window, width)
-    summary = {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "engine": {"spark": spark.version, "master": spark.sparkContext.master,
-                   "seconds": round(time.monotonic() - t0, 3)},
-        "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["n"] for r in sides),
-                  "events": events_in, "malformed": malformed,
-                  "since": since, "until": until,
-                  "window": {"start": ws, "end": we, "seconds": we - ws}},
-        "directions": directions,
-        "lines": line_rows(directions),
-        "messages": messages,
-        "hosts": _hosts(counts, hosts_hwm),
-        "routing": routing,
-        "time_bin_seconds": width,
-    }
-    summary["verdict"] = verdict(summary)
-    summary["_tables"] = {"minutes": minutes, "up": up, "histogram": histogram, "problems": problems,
-                          "hops": routing["hops"], "traffic": traffic, "latency": latency_bins}
-    return summary
+    # The per-message table is built meanwhile, on a thread of its own: Spark gives its tasks the
+    # cores the first pass leaves idle (its last tasks, the driver's work on what it collects).
+    pool = ThreadPoolExecutor(1, thread_name_prefix="mccs-messages")
+    table = pool.submit(_per_message, events.filter(in_window))
+    pool.shutdown(wait=False)
+    try:
+        sides, minutes, up_down, window, traffic = _one_pass(events, in_window, since, until)
+        events_in = sum(r["n"] for r in sides if r["win"])
+        malformed = sum(r["n"] for r in sides if r["bad"])
+        progress.stage(f"{sum(r['n'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
+        if window is None:
+            raise AnalyzeError(f"no valid trace events in the window ({sum(r['n'] for r in sides)} lines read, "
+                               f"{malformed} malformed): check the paths and --since/--until")
+        ws, we, width = window
+        counts: dict[tuple, dict] = {}
+        for r in sides:             # rows apart only by up/down time or proto are one count here
+            key = (r["type"], r["host"], r["line"], r["dir"], r["kind"])
+            if r["win"] and key in counts:
+                c = counts[key]
+                c.update({k: c[k] + r[k] for k in ("n", "bytes", "retrans", "bad_frames", "data_messages")},
+                         proto=max(filter(None, (c["proto"], r["proto"])), default=None))
+            elif r["win"]:
+                counts[key] = r
+        up, baud = _up_intervals(up_down, ws, we)
+        accepted = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "msg" and k == "accepted")
+        progress.stage(f"joining the {accepted:,} messages across hosts")
+        messages, routing, hosts_hwm, histogram, problems, latency_bins = _messages(table.result(), accepted,
+                                                                                        width)
+        routing["route_changes"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "line" and k == "route")
+        directions = _directions(counts, minutes, up, baud, ws, we)
+        if traffic is None:
+            progress.stage(f"counting frames per {width} s")
+            traffic = _frames_per_bin(events, in_window, width)
+        summary = {
+            "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+            "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "engine": {"spark": spark.version, "master": spark.sparkContext.master,
+                       "seconds": round(time.monotonic() - t0, 3)},
+            "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["n"] for r in sides),
+                      "events": events_in, "malformed": malformed,
+                      "since": since, "until": until,
+                      "window": {"start": ws, "end": we, "seconds": we - ws}},
+            "directions": directions,
+            "lines": line_rows(directions),
+            "messages": messages,
+            "hosts": _hosts(counts, hosts_hwm),
+            "routing": routing,
+            "time_bin_seconds": width,
+        }
+        summary["verdict"] = verdict(summary)
+        summary["_tables"] = {"minutes": minutes, "up": up, "histogram": histogram, "problems": problems,
+                              "hops": routing["hops"], "traffic": traffic, "latency": latency_bins}
+        return summary
+    finally:
+        _drop(table)
 
 
 def _frame_counts() -> list:
@@ -276,12 +288,9 @@ def _proto(counts: dict, host: str, peer: str) -> str | None:
                default=None)
 
 
-def _messages(win, accepted: int = 0, width: float = MINUTE):
-    """Join msg events across hosts by (origin, msg_id), each `accepted` opening a new message
-    of its key (MSG_IDs wrap), and derive latency, lost, pending, duplicated, expired, the
-    routing figures, each message's path, list levels and latency per bin of `width` seconds.
-    `accepted` (the count of `accepted` events) chooses how percentiles are found (see
-    _percentiles)."""
+def _per_message(win):
+    """The msg events joined across hosts by (origin, msg_id), each `accepted` opening a new
+    message of its key (MSG_IDs wrap): a row a message, cached (built by one action here)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -341,6 +350,22 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
                    "first_arr", "last_arr", *slots)
            .withColumn("latency", F.col("deliv_ts") - F.col("acc_ts"))
            .persist(StorageLevel.MEMORY_AND_DISK))
+    per.count()
+    return per
+
+
+def _drop(table: Future) -> None:
+    """Free the per-message table's cache once it is built (also when the analysis failed before)."""
+    with contextlib.suppress(Exception):
+        table.result().unpersist()
+
+
+def _messages(per, accepted: int = 0, width: float = MINUTE):
+    """Latency, lost, pending, duplicated, expired, the routing figures, each message's path, list
+    levels and latency per bin of `width` seconds, from the per-message table. `accepted` (the
+    count of `accepted` events) chooses how percentiles are found (see _percentiles)."""
+    from pyspark.sql import functions as F
+    slots = [f"p{j}" for j in range(PATH_SLOTS)]
     known = F.col("gen") > 0
     # An expired message (hop limit, ttl) was removed on purpose and its sender told: not lost,
     # not pending (what goes on as a void is never received). Notices are messages like others.
@@ -418,7 +443,6 @@ def _messages(win, accepted: int = 0, width: float = MINUTE):
                         "first_arr", "last_arr", *slots)
                 .orderBy("accepted").limit(100_000).collect()]
     hwm = _high_water(per, width)
-    per.unpersist()
     return messages, routing, hwm, histogram, problems, latency_bins
 
 
