@@ -349,7 +349,7 @@ class Checkpoint:
                 else:  # a run of the same statement (the confirms of a recv_many, say) in one call
                     self.conn.executemany(sql, [c.params for c in run])
             execute("COMMIT")
-        except sqlite3.Error as e:
+        except BaseException as e:  # a value SQLite refuses too (OverflowError, say): nothing half done
             with contextlib.suppress(sqlite3.Error):
                 execute("ROLLBACK")
             if getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:

@@ -169,9 +169,15 @@ class Daemon:
     def request(self, conn: server.Connection, obj: dict) -> None:
         rid = obj.get("id")
         try:
+            if not isinstance(rid, requests.ID_TYPES):  # its reply echoes it, in either codec
+                rid = None
+                raise RequestError("bad_request", "id must be a number or a string")
             req = requests.parse(obj)
         except RequestError as e:
             self.kernel.refuse(conn.id, rid, e)
+        except Exception as e:  # a check that missed a case: that request is refused, nothing else
+            log.exception("%s: a request could not be read", self.host)
+            self.kernel.refuse(conn.id, rid, RequestError("bad_request", f"request not understood: {e!r}"))
         else:
             if isinstance(req, Hello) and obj.get("binary") is True:
                 conn.binary = True
@@ -182,7 +188,12 @@ class Daemon:
                 conn.answer({"id": rid, "ok": True, "codec": req.name})
                 conn.use(req.name)
                 return
-            self.kernel.request(conn.id, rid, req, time.monotonic(), self._prior(req))
+            try:
+                self.kernel.request(conn.id, rid, req, time.monotonic(), self._prior(req))
+            except Exception as e:  # a bug: the core may be half changed, so it is rebuilt from the checkpoint
+                log.exception("%s: a request failed", self.host)
+                self._recover(f"a request failed: {e!r}", disk_full=False)
+                return
         self._answered.discard(conn.id)
         if self._answered:
             self._gather()
@@ -258,8 +269,8 @@ class Daemon:
         except CheckpointFull as e:
             self._recover(str(e), disk_full=True)
             return
-        except sqlite3.Error as e:
-            self._recover(f"checkpoint write failed: {e}", disk_full=False)
+        except (sqlite3.Error, ValueError, OverflowError) as e:  # ValueError, OverflowError: a value SQLite refuses
+            self._recover(f"checkpoint write failed: {e!r}", disk_full=False)
             return
         for ev in fx.traces:
             self.trace.write(ev)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import struct
 
 try:
@@ -36,10 +37,31 @@ def frame(obj: dict, codec: str = "json") -> bytes:
     return LENGTH.pack(len(body)) + body
 
 
+def _int(text: str) -> int:
+    """A JSON integer, within 64 bits as MessagePack's and SQLite's are (JSON has no bound)."""
+    value = int(text)
+    if not -INT_BOUND <= value < INT_BOUND:
+        raise ValueError(f"the integer {text[:24]}{'...' * (len(text) > 24)} is beyond 64 bits")
+    return value
+
+
+INT_BOUND = 1 << 63
+_DECODER = json.JSONDecoder(parse_int=_int)
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # an escape of half a UTF-16 pair
+
+
 def unframe(body: bytes, codec: str = "json"):
-    """A frame's body as an object; ValueError (or RecursionError) if it is not one."""
+    """A frame's body as an object; ValueError (or RecursionError) if it is not one. Strings
+    are text that UTF-8 can carry (JSON can escape half a surrogate pair, which no file, database
+    or MessagePack reply takes), integers within 64 bits."""
     if codec != "msgpack":
-        return json.loads(body)
+        obj = _DECODER.decode(body.decode())
+        if _SURROGATE.search(body):  # rare: a pair (an emoji, say) is fine, half of one is not
+            try:
+                json.dumps(obj, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
+                raise ValueError("a string holds half of a UTF-16 surrogate pair") from None
+        return obj
     try:
         return msgpack.unpackb(body)
     except RecursionError:

@@ -183,6 +183,9 @@ def _req(req: dict) -> str:
     return request_id
 
 
+ID_TYPES = (type(None), bool, int, float, str)  # what a request's `id` may be: JSON and MessagePack carry each
+
+
 def parse(req: dict) -> Request:
     """The typed request, or RequestError."""
     op = req.get("op")

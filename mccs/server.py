@@ -52,6 +52,7 @@ class Connection(asyncio.Protocol):
         self._backlog: deque[dict | FrameError] = deque()
         self._write_paused = False
         self._read_paused = False
+        self._serving = False
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -71,14 +72,22 @@ class Connection(asyncio.Protocol):
         self._serve()
 
     def _serve(self) -> None:
-        """Hand requests to the daemon while the client is within its bounds; else stop reading."""
-        while self._backlog and self.outstanding < MAX_OUTSTANDING and not self.closed:
-            item = self._backlog.popleft()
-            self.outstanding += 1
-            if isinstance(item, FrameError):
-                self.owner.bad_frame(self, item)
-            else:
-                self.owner.request(self, item)
+        """Hand requests to the daemon while the client is within its bounds; else stop reading.
+        A request answered at once (status, codec) calls back here through answer(): the loop
+        already running goes on with the next, rather than one call deeper for each."""
+        if self._serving:
+            return
+        self._serving = True
+        try:
+            while self._backlog and self.outstanding < MAX_OUTSTANDING and not self.closed:
+                item = self._backlog.popleft()
+                self.outstanding += 1
+                if isinstance(item, FrameError):
+                    self.owner.bad_frame(self, item)
+                else:
+                    self.owner.request(self, item)
+        finally:
+            self._serving = False
         self._flow()
 
     def _flow(self) -> None:
@@ -109,7 +118,15 @@ class Connection(asyncio.Protocol):
         self._serve()
 
     def send(self, body: dict) -> None:
-        self._write(frame(body, self.deframer.codec))
+        try:
+            data = frame(body, self.deframer.codec)
+        except (TypeError, ValueError, OverflowError) as e:  # a value its codec cannot carry: this client only
+            log.error("dropping a client: a reply %s cannot carry (%s)", self.deframer.codec, e)
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self._write(data)
 
     def use(self, codec: str) -> None:
         """Frames after this one are in `codec` both ways (the client waits for our answer)."""
