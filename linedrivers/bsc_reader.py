@@ -3,13 +3,15 @@
 The reader hunts for `SYN SYN`, reads what follows, and after anything it cannot read (a
 control character where none belongs, a broken DLE sequence, an ID that runs on, a block over
 the maximum) drops the bytes, counts them and hunts again: it never raises. Work is done with
-`bytes.find` and slices; only SYN runs and the few bytes of an ID are stepped through.
+`bytes.find`, a regular expression and slices; only the few bytes of an ID are stepped through.
+Idle SYNs (a modem's fill between sequences, as long as the line is idle) are kept two at most.
 On a line with a secret (`trailer` > 0) every control sequence but the ID forms is followed by
 its authentication trailer and a CRC-16 (bsc_codes.CodeSet.sequence), and every block's text
 ends with the trailer: both come out in Seq.trailer, for the machine to check.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from .bsc_codes import MAX_ANNOUNCEMENT, MAX_ID, PAD, CodeSet
@@ -20,8 +22,9 @@ class Seq(NamedTuple):
     """One received sequence. kind: ENQ EOT NAK ACK0 ACK1 WACK RVI TTD DISC ID_ENQ ID_ACK0
     ID_NAK FEAT ETB ETX, or ABORT for a text block that broke off before its ending."""
     kind: str
-    nbytes: int          # bytes on the wire from the first SYN to the last character (the
-                         # pad, optional after some sequences, is skipped while hunting)
+    nbytes: int          # bytes on the wire from its SYN SYN (idle SYNs before them are fill)
+                         # to the last character (the pad, optional after some sequences, is
+                         # skipped while hunting)
     ok: bool = True      # False: bad BCC, or an aborted block
     data: bytes = b""    # a block's text (DLE DLE undone, DLE SYN dropped), or the ID
     trailer: bytes = b""  # on a line with a secret: the authentication trailer
@@ -39,6 +42,7 @@ class BscReader:
         self._text: bytearray | None = None  # inside a transparent block: its text so far
         self._nbytes = 0                      # wire bytes of that block so far
         self._synsyn = bytes([cs.syn, cs.syn])
+        self._not_syn = re.compile(b"[^%s]" % re.escape(bytes([cs.syn])))
         self._dle = bytes([cs.dle])
         self._singles = {cs.enq: "ENQ", cs.eot: "EOT", cs.nak: "NAK"}
         self._after_dle = {cs.ack0: "ACK0", cs.ack1: "ACK1", cs.wack: "WACK", cs.rvi: "RVI", cs.eot: "DISC"}
@@ -114,12 +118,11 @@ class BscReader:
             self._drop(pos, keep)
             return keep, False
         self._drop(pos, i)
-        j, n = i + 2, len(buf)
-        while j < n and buf[j] == syn:
-            j += 1
-        if j == n:
-            return i, False
-        return self._control(i, j, out)
+        after = self._not_syn.search(buf, i + 2)
+        if after is None:  # SYNs to the end: idle fill, of which the last two may begin a sequence
+            return len(buf) - 2, False
+        j = after.start()
+        return self._control(j - 2, j, out)  # SYNs before the last two were fill
 
     def _control(self, i: int, j: int, out: list) -> tuple[int, bool]:
         """Read the sequence that starts at `j`, after the SYNs that start at `i`."""

@@ -133,3 +133,18 @@ def test_machine_takes_any_bytes_and_answers_only_well_formed_sequences(state, c
     said = check.feed(out) + check.abort()
     assert check.counters == fresh_counters()  # nothing malformed, no bad BCC
     assert {s.kind for s in said} <= set(cs.bodies) | {"ETB", "ETX", "ID_ENQ", "ID_ACK0", "ID_NAK"}
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_idle_syns_are_fill_however_long_they_run(code):
+    """A modem fills an idle BSC line with SYNs: the reader keeps two of them (the next sequence
+    may begin with them), not the whole run, which it read again at every read (an adversarial
+    test: a full core and the run's length in memory after a minute of fill at 115,200 baud)."""
+    cs = CODES[code]
+    reader, counters = BscReader(cs, 256, fresh_counters()), fresh_counters()
+    reader.counters = counters
+    fill = bytes([cs.syn]) * 4096
+    assert all(reader.feed(fill) == [] for _ in range(1000))
+    assert reader.feed(bytes([cs.enq])) == [("ENQ", 3, True, b"", b"")]  # SYN SYN ENQ, not 4 MB of it
+    assert reader.feed(fill[:5] + cs.sequence("EOT")[2:]) == [("EOT", 3, True, b"", b"")]
+    assert counters == fresh_counters()  # fill is not garbage
