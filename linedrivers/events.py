@@ -44,6 +44,7 @@ class FrameTraced:
     origin: str | None = None
     msg_id: int | None = None
     retransmit: bool = False
+    count: int = 1  # frames this event stands for: damaged ones in a row, merged by the daemon
 
 
 @dataclass

@@ -62,6 +62,11 @@ FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, st
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
 
+def _damaged(ev) -> bool:
+    """A received frame that failed its check: noise, mostly, which can come as thousands a second."""
+    return isinstance(ev, FrameTraced) and ev.dir == "rx" and not ev.ok
+
+
 class LineState(StrEnum):
     DOWN = "DOWN"
     SIGNING_ON = "SIGNING_ON"
@@ -202,7 +207,12 @@ class Lines:
         the time it came, so the passes of a busy line do not fall between a block and its answer."""
         lcb = self.lcbs[peer]
         lcb.machine.receive_data(data, now)
-        lcb.backlog += [(ev, now) for ev in lcb.machine.events()]
+        for ev in lcb.machine.events():
+            if _damaged(ev) and lcb.backlog and _damaged(last := lcb.backlog[-1][0]) and last.kind == ev.kind:
+                last.count += 1  # noise: one trace line for a run of damaged frames, not one each
+                last.nbytes += ev.nbytes
+            else:
+                lcb.backlog.append((ev, now))
         if not lcb.backlog:
             return None
         return TRACE_DELAY if all(isinstance(ev, FrameTraced) for ev, _ in lcb.backlog) else 0.0
@@ -345,7 +355,8 @@ class Lines:
     @staticmethod
     def _trace_frame(lcb: LineControlBlock, ev: FrameTraced, fx: Effects, at: float | None = None) -> None:
         fx.trace("frame", ev.kind, lcb.peer, lcb.cfg.protocol, dir=ev.dir, bytes=ev.nbytes, ok=ev.ok, seq=ev.seq,
-                 origin=ev.origin, msg_id=ev.msg_id, retransmit=ev.retransmit or None, at=at)
+                 origin=ev.origin, msg_id=ev.msg_id, retransmit=ev.retransmit or None,
+                 frames=ev.count if ev.count > 1 else None, at=at)
 
     def _acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
         """The acknowledgement of exactly one block: the oldest in flight on this line with its key."""

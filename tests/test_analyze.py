@@ -44,7 +44,7 @@ def _same(got, want, path=""):
 @pytest.mark.timeout(240)
 def test_known_answers_with_wrap_and_malformed(spark, tmp_path):
     answers = generate(tmp_path / "traces", hosts=4, messages=1500, id_space=200, malformed=9,
-                       lost=4, pending=3, duplicated=2, rotate_events=4000)
+                       lost=4, pending=3, duplicated=2, rotate_events=4000, noise_rate=0.02)
     assert any(f.endswith(".jsonl.gz") for f in answers["files"])
     summary = run_analysis([str(tmp_path / "traces")], out=str(tmp_path / "report"), spark=spark)
     for key in ("directions", "lines", "messages", "hosts"):

@@ -165,6 +165,26 @@ def test_a_frame_only_to_trace_may_wait_and_keeps_the_time_it_came(pair, monkeyp
     assert len(traced) == 1 and traced[0].at == came
 
 
+def test_a_run_of_damaged_frames_is_one_trace_line(pair):
+    """Noise makes a damaged frame of every few bytes (an adversarial test: 64 bytes of trace for
+    every byte of noise on a line): those that come in a row before their pass are traced as one
+    line, their number in `frames` and their bytes summed; a good frame after them is its own."""
+    from mccs.lines import TRACE_DELAY
+    aa, bb = pair["AA"], pair["BB"]
+    pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)
+    bb.run_pass()
+    noise = b"A\x7e" * 300
+    for i in range(0, len(noise), 7):  # as a port hands it over: a few bytes a read
+        bb.kernel.line_data("AA", noise[i:i + 7], pair.now)
+    pair.now += TRACE_DELAY
+    damaged = [t for t in bb.run_pass().traces if t.type == "frame" and t.fields["ok"] is False]
+    assert [(t.kind, t.fields["dir"], t.fields["frames"]) for t in damaged] == [("?", "rx", 300)]
+    assert damaged[0].fields["bytes"] >= len(noise)
+    aa.client("P").send("BBR", b"after the noise")
+    pair.run(lambda: bb.kernel.lists.recv)
+    assert _data(bb.client("R").recv()) == b"after the noise"
+
+
 def test_back_pressure_waits_for_a_buffer_and_keeps_the_wait_durable(tmp_path):
     net = SimNet(tmp_path, {"AA": []}, buffers=2)
     host = net["AA"]

@@ -59,11 +59,11 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
     pool.shutdown(wait=False)
     try:
         sides, minutes, up_down, window, traffic = _one_pass(events, in_window, since, until)
-        events_in = sum(r["n"] for r in sides if r["win"])
-        malformed = sum(r["n"] for r in sides if r["bad"])
-        progress.stage(f"{sum(r['n'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
+        events_in = sum(r["events"] for r in sides if r["win"])
+        malformed = sum(r["events"] for r in sides if r["bad"])
+        progress.stage(f"{sum(r['events'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
         if window is None:
-            raise AnalyzeError(f"no valid trace events in the window ({sum(r['n'] for r in sides)} lines read, "
+            raise AnalyzeError(f"no valid trace events in the window ({sum(r['events'] for r in sides)} lines read, "
                                f"{malformed} malformed): check the paths and --since/--until")
         ws, we, width = window
         counts: dict[tuple, dict] = {}
@@ -71,7 +71,7 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
             key = (r["type"], r["host"], r["line"], r["dir"], r["kind"])
             if r["win"] and key in counts:
                 c = counts[key]
-                c.update({k: c[k] + r[k] for k in ("n", "bytes", "retrans", "bad_frames", "data_messages")},
+                c.update({k: c[k] + r[k] for k in ("n", "events", "bytes", "retrans", "bad_frames", "data_messages")},
                          proto=max(filter(None, (c["proto"], r["proto"])), default=None))
             elif r["win"]:
                 counts[key] = r
@@ -90,7 +90,7 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "engine": {"spark": spark.version, "master": spark.sparkContext.master,
                        "seconds": round(time.monotonic() - t0, 3)},
-            "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["n"] for r in sides),
+            "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["events"] for r in sides),
                       "events": events_in, "malformed": malformed,
                       "since": since, "until": until,
                       "window": {"start": ws, "end": we, "seconds": we - ws}},
@@ -109,10 +109,17 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
         _drop(table)
 
 
+def _frames():
+    """The frames an event stands for: a run of damaged ones in a row is traced as one event with
+    their number in `frames` (noise on a line can make thousands a second); any other, one."""
+    from pyspark.sql import functions as F
+    return F.coalesce(F.col("frames"), F.lit(1))
+
+
 def _frame_counts() -> list:
     """What is counted of the frames per minute or bin (and of every group of the first pass)."""
     from pyspark.sql import functions as F
-    return [F.count(F.lit(1)).alias("n"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
+    return [F.sum(_frames()).alias("n"), F.sum(F.coalesce("bytes", F.lit(0))).alias("bytes"),
             F.count(F.when(F.col("retransmit"), 1)).alias("retrans"),
             F.count(F.when(F.col("kind").isin(*DATA_KINDS), 1)).alias("data_frames")]
 
@@ -141,7 +148,8 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
     sets = [side_keys] + [("host", "line", "dir", k) for k in bins]
     agg = (keys.groupingSets(sets, *dict.fromkeys(side_keys + tuple(bins)))
            .agg(*[F.grouping(k).alias(f"g_{k}") for k in bins], *_frame_counts(),
-                F.count(F.when(F.col("ok") == F.lit(False), 1)).alias("bad_frames"),
+                F.count(F.lit(1)).alias("events"),
+                F.sum(F.when(F.col("ok") == F.lit(False), _frames()).otherwise(0)).alias("bad_frames"),
                 F.count(F.when(data_msg, 1)).alias("data_messages"),
                 F.min("ts").alias("t_min"), F.max("ts").alias("t_max")))
     # One action for both kinds of group (a cached aggregation read twice cost more): grouping(k)
@@ -170,7 +178,7 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
 
 
 BIN_COLUMNS = ("n", "bytes", "retrans", "data_frames")
-SIDE_COLUMNS = ("bad_frames", "data_messages", "t_min", "t_max")   # counted per side only
+SIDE_COLUMNS = ("events", "bad_frames", "data_messages", "t_min", "t_max")   # counted per side only
 
 
 def _per_dir(counts, key: str, by=("host", "line", "dir"), single=()) -> list:

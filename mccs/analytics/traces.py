@@ -16,7 +16,7 @@ FIELDS = (("v", "long"), ("ts", "double"), ("host", "string"), ("line", "string"
           ("type", "string"), ("dir", "string"), ("kind", "string"), ("seq", "long"), ("origin", "string"),
           ("msg_id", "long"), ("from_id", "string"), ("to_id", "string"), ("user_id", "long"),
           ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"),
-          ("hops", "long"), ("via", "string"), ("reason", "string"), ("notice", "string"))
+          ("hops", "long"), ("via", "string"), ("reason", "string"), ("notice", "string"), ("frames", "long"))
 #: FIELDS as a Spark DDL schema string.
 DDL = ", ".join(f"{name} {kind}" for name, kind in FIELDS)
 

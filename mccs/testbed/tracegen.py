@@ -93,7 +93,7 @@ class Generator:
                 text = text[:-2] + ',"note":{"by":"tracegen"}}\n'
         self.out.add(host, ts, text)
 
-    def frame(self, ts, host, peer, dir_, kind, nbytes, ok=True, retransmit=False, msg=None):
+    def frame(self, ts, host, peer, dir_, kind, nbytes, ok=True, retransmit=False, msg=None, count=1):
         name = line_name(host, peer)
         proto = self.proto[name]
         extra = ""
@@ -107,11 +107,13 @@ class Generator:
             extra += f',"origin":"{msg.origin}","msg_id":{msg.msg_id}'
         if retransmit:
             extra += ',"retransmit":true'
+        if count > 1:  # a run of damaged frames the daemon traces as one
+            extra += f',"frames":{count}'
         self._emit(host, ts, f'{{"v":1,"ts":{ts!r},"host":"{host}","line":"{peer}","proto":"{proto}",'
                              f'"type":"frame","dir":"{dir_}","kind":"{kind}","bytes":{nbytes},'
                              f'"ok":{"true" if ok else "false"}{extra}}}\n')
         d = self.dirs[(name, host, dir_)]
-        d.kinds[kind] += 1
+        d.kinds[kind] += count
         d.bytes += nbytes
         d.minutes[math.floor(ts / MINUTE)] += nbytes
         if kind in DATA_KINDS:
@@ -121,13 +123,16 @@ class Generator:
         if retransmit:
             d.retransmissions += 1
         if not ok:
-            d.crc += 1
+            d.crc += count
 
     def exchange(self, ts, src, dst, kind, nbytes, ok=True, retransmit=False, msg=None, lost=False):
         """src sends a frame, dst receives it (with ok) unless lost; returns the arrival time."""
         self.frame(ts, src, dst, "tx", kind, nbytes, True, retransmit, msg)
         arrive = ts + nbytes * 10 / self.baud[line_name(src, dst)] + self.rnd.uniform(0.0005, 0.003)
         if not lost:
+            if self.spec.noise_rate and self.rnd.random() < self.spec.noise_rate:
+                runs = self.rnd.randint(2, 40)
+                self.frame(arrive - 0.0005, dst, src, "rx", "?", 3 * runs, False, count=runs)
             self.frame(arrive, dst, src, "rx", kind, nbytes, ok, False, msg)
         return arrive
 

@@ -20,6 +20,7 @@ class TraceSpec:
     frame_loss_rate: float = 0.01      # data frame lost: timeout, retry, retransmit
     ack_loss_rate: float = 0.005       # answer lost: async retransmits (a duplicate arrival)
     busy_rate: float = 0.01            # receiver answers busy (B / WACK)
+    noise_rate: float = 0.0            # a run of noise (damaged frames, traced as one) before an arrival
     outages: int = 2                   # line outages (down ... up), spread over the lines
     outage_seconds: tuple[float, float] = (30.0, 300.0)
     lost: int = 3                      # accepted, never received
