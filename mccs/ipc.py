@@ -37,6 +37,9 @@ def frame(obj: dict, codec: str = "json") -> bytes:
     return LENGTH.pack(len(body)) + body
 
 
+INT_BOUND = 1 << 63
+
+
 def _int(text: str) -> int:
     """A JSON integer, within 64 bits as MessagePack's and SQLite's are (JSON has no bound)."""
     value = int(text)
@@ -45,7 +48,6 @@ def _int(text: str) -> int:
     return value
 
 
-INT_BOUND = 1 << 63
 _DECODER = json.JSONDecoder(parse_int=_int)
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # an escape of half a UTF-16 pair
 
