@@ -72,6 +72,7 @@ class Row:
     priority: int = 0  # 0 to 7: higher goes first
     acked: int = 0  # SEND_LIST: bytes of it the next host holds (a transfer in segments resumes there;
     #                 kept in SEND_ACKED, not in the row)
+    acked_by: str = ""  # SEND_LIST: that next host ("" in a checkpoint from before schema version 8)
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,9 @@ def new_text(rowid: int, size: int) -> Change:
     return Change(f"INSERT OR REPLACE INTO {Table.TEXTS} (id, data) VALUES (?, zeroblob(?))", (rowid, size))
 
 
-def set_acked(seq: int, acked: int) -> Change:
-    """How much of a SEND_LIST block in segments the next host holds."""
-    return Change(f"INSERT OR REPLACE INTO {Table.SEND_ACKED} (seq, acked) VALUES (?, ?)", (seq, acked))
+def set_acked(seq: int, acked: int, peer: str) -> Change:
+    """How much of a SEND_LIST block in segments the next host, `peer`, holds."""
+    return Change(f"INSERT OR REPLACE INTO {Table.SEND_ACKED} (seq, acked, peer) VALUES (?, ?, ?)", (seq, acked, peer))
 
 
 def delete_acked(seq: int) -> Change:

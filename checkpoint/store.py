@@ -41,7 +41,7 @@ PAIR_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "expect": int}
 
 log = logging.getLogger("checkpoint.store")
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
 SIDE_FILES = ("-wal", "-shm")
 
@@ -187,7 +187,8 @@ class Checkpoint:
     def _create_segment_tables(db: sqlite_utils.Database) -> None:
         db[Table.PARTIALS].create(PARTIALS_SCHEMA, pk="id")
         db[Table.TEXTS].create({"id": int, "data": bytes}, pk="id")
-        db[Table.SEND_ACKED].create({"seq": int, "acked": int}, pk="seq")
+        db[Table.SEND_ACKED].create({"seq": int, "acked": int, "peer": str}, pk="seq", not_null={"peer"},
+                                    defaults={"peer": ""})
         for table in (Table.SEND_LIST, Table.RECV_LIST):  # a row's long text goes with it
             db.execute(f"CREATE TRIGGER {table}_text_deleted AFTER DELETE ON {table} WHEN old.text != 0 "
                        f"BEGIN DELETE FROM {Table.TEXTS} WHERE id = old.text; END")
@@ -207,7 +208,7 @@ class Checkpoint:
                                   f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
         for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
                                (4, self._migrate_from_4), (5, self._migrate_from_5),
-                               (6, self._migrate_from_6)):
+                               (6, self._migrate_from_6), (7, self._migrate_from_7)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -285,6 +286,15 @@ class Checkpoint:
                          f"SELECT origin, 0, epoch, expect FROM {Table.PAIR_IN}_6")
             for table in (Table.PAIR_OUT, Table.PAIR_IN):
                 conn.execute(f"DROP TABLE {table}_6")
+            conn.execute(f"UPDATE {Table.META} SET value = '7' WHERE key = 'schema_version'")
+
+    def _migrate_from_7(self, conn: sqlite3.Connection) -> None:
+        """Version 8 keeps which next host holds the start of a message in segments: one that goes
+        on by another host starts again from its first byte there ("": not known, resumed as before)."""
+        with conn:
+            conn.execute("BEGIN")
+            if "peer" not in {r[1] for r in conn.execute(f"PRAGMA table_info({Table.SEND_ACKED})")}:
+                conn.execute(f"ALTER TABLE {Table.SEND_ACKED} ADD COLUMN peer TEXT NOT NULL DEFAULT ''")
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -392,10 +402,11 @@ class Checkpoint:
 def _rows(conn: sqlite3.Connection, table: Table) -> list[Row]:
     """A list's blocks in order. Texts in TEXTS stay in the file: a Stored stands for them."""
     acked = f"(SELECT acked FROM {Table.SEND_ACKED} a WHERE a.seq = t.seq)"
+    acked_by = f"(SELECT peer FROM {Table.SEND_ACKED} a WHERE a.seq = t.seq)"
     size = f"(SELECT length(data) FROM {Table.TEXTS} x WHERE x.id = t.text)"
     out = []
-    for *r, text, size in conn.execute(f"SELECT {', '.join(MSGBLOK_COLUMNS)}, coalesce({acked}, 0), text, {size} "
-                                       f"FROM {table} t ORDER BY seq"):
+    for *r, text, size in conn.execute(f"SELECT {', '.join(MSGBLOK_COLUMNS)}, coalesce({acked}, 0), "
+                                       f"coalesce({acked_by}, ''), text, {size} FROM {table} t ORDER BY seq"):
         row = Row(*r)
         out.append(dataclasses.replace(row, data=Stored(text, size, row.crc)) if text else row)
     return out

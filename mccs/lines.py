@@ -342,8 +342,7 @@ class Lines:
         fx.change(*self.receiver.forget(peer), *self.ids.sent.forget(peer), *self.pairs.out.restart(peer))
         for blk in self.lists.send:
             if blk.acked and self.routes.next_hop(blk.dest) == peer:  # the old incarnation held its first bytes
-                blk.acked = blk.next_off = 0
-                fx.change(ch.delete_acked(blk.seq))
+                self._from_the_start(blk, fx)
             if blk.pseq and blk.dest == peer and blk.origin == self.host:  # numbered again as it leaves
                 blk.pseq, blk.epoch = 0, ""
                 fx.change(ch.set_pseq(Table.SEND_LIST, blk.seq, 0, ""))
@@ -369,11 +368,11 @@ class Lines:
         blk, end = lcb.active[i]
         del lcb.active[i]
         if end is not None:  # a segment: the next host holds the message up to its end
-            blk.acked = end
+            blk.acked, blk.acked_by = end, lcb.peer
             if lcb.transfer is not None and lcb.transfer.blk is blk:
                 lcb.transfer.at = self._now
             if end < blk.size:
-                fx.change(ch.set_acked(blk.seq, end))
+                fx.change(ch.set_acked(blk.seq, end, lcb.peer))
                 return
             fx.change(ch.delete_acked(blk.seq))
         self.lists.send.remove(blk)
@@ -480,6 +479,10 @@ class Lines:
         if blk.line == lcb.peer or (lcb.large and self._too_long(lcb, blk)):
             if blk.size > lcb.large:
                 return self._hold(lcb, blk, f"the peer takes messages of at most {lcb.large} bytes (its max_message)")
+            if blk.line != lcb.peer and blk.acked and blk.acked_by not in ("", lcb.peer):
+                log.info("%s: message %s/%d goes on by %s, not %s which holds %d bytes of it: from its start",
+                         self.host, blk.origin, blk.msg_id, lcb.peer, blk.acked_by, blk.acked)
+                self._from_the_start(blk, fx)
             text, end = self._segment(lcb, blk)
         if isinstance(text, Stored):
             return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS)")
@@ -515,6 +518,14 @@ class Lines:
             blk.sent = True
             fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, **fields(blk))
         return True
+
+    @staticmethod
+    def _from_the_start(blk: MSGBLOK, fx: Effects) -> None:
+        """A message in segments goes to a next host that holds none of it (another route, or one
+        that started afresh): from its first byte."""
+        blk.acked = blk.next_off = 0
+        blk.acked_by = ""
+        fx.change(ch.delete_acked(blk.seq))
 
     def _too_long(self, lcb: LineControlBlock, blk: MSGBLOK) -> bool:
         """Does the block go in segments on this line now (it does not fit the frame size in use)?"""

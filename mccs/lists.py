@@ -49,6 +49,7 @@ class MSGBLOK:
     crc: int = 0  # CRC-32 of a text that goes in segments (mccs.segments)
     priority: int = 0  # 0 to 7: a waiting block of higher priority goes first, on a line and to RECV
     acked: int = 0  # SEND_LIST, in segments: bytes the next host holds (stored)
+    acked_by: str = ""  # SEND_LIST, in segments: that next host ("": not known, an older checkpoint)
     state: BlockState = BlockState.QUEUED
     holder: int | None = None  # RECV_LIST: the connection it was handed to
     sent: bool = False  # SEND_LIST: traced as sent on a line

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from checkpoint.store import Checkpoint
+from checkpoint.store import SCHEMA_VERSION, Checkpoint
 from mccs import envelope
 from mccs.config import ProcessConfig
 from tools.hostsim import SimNet, line
@@ -110,7 +110,7 @@ def test_a_schema_6_checkpoint_is_migrated_its_numbers_are_those_of_priority_0(t
     state = cp.restore()
     assert state.pairs_out == {("BB", 0): 17} and state.pairs_in == {("CC", 0): ("abcdef01", 9)}
     assert [r.priority for r in state.send_list] == [0]
-    assert cp.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "7"
+    assert cp.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     cp.close()
 
 
