@@ -389,7 +389,7 @@ class Checkpoint:
             self.apply([Change(f"INSERT OR REPLACE INTO {Table.META} VALUES ('probe', ?)", (b"\0" * nbytes,))])
             self.apply([Change(f"DELETE FROM {Table.META} WHERE key = 'probe'", ())])
             return True
-        except sqlite3.Error:
+        except (sqlite3.Error, CheckpointFull):  # (apply() turns SQLite's "full" into CheckpointFull)
             return False
 
     def close(self) -> None:
@@ -473,6 +473,7 @@ def backup(path: str | os.PathLike, dest: str | os.PathLike, force: bool = False
     dest = Path(dest)
     if dest.exists() and not force:
         raise FileExistsError(f"{dest} exists; give --force to replace it")
+    _not_the_checkpoint(Path(path), dest)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     old_umask = os.umask(0o077)  # a backup holds the messages: owner-only, as the checkpoint
     try:
@@ -500,6 +501,17 @@ def backup(path: str | os.PathLike, dest: str | os.PathLike, force: bool = False
     finally:
         os.close(dirfd)
     return dest.stat().st_size
+
+
+def _not_the_checkpoint(path: Path, dest: Path) -> None:
+    """A backup may replace an older backup, never the checkpoint itself, the files SQLite keeps
+    beside it, or anything that is not a regular file (a daemon's socket, a device)."""
+    beside = [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm", "-journal", ".lock")]
+    if any(dest.exists() and f.exists() and os.path.samefile(dest, f) for f in beside) \
+            or dest.resolve() in {f.resolve() for f in beside}:
+        raise FileExistsError(f"{dest} is the checkpoint {path} or one of its files: a backup goes elsewhere")
+    if dest.exists() and not dest.is_file():
+        raise FileExistsError(f"{dest} is not a regular file: a backup replaces only an older backup")
 
 
 COUNTED = (Table.SEND_LIST, Table.RECV_LIST, Table.WAIT_LIST, Table.DUP_WINDOW, Table.SENT_WINDOW,

@@ -170,3 +170,19 @@ def test_creating_a_checkpoint_loads_no_numpy(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "AA.db")], capture_output=True, text=True,
                          check=True, timeout=60).stdout.split()
     assert out == ["False", "numpy"]
+
+
+def test_the_probe_of_a_full_disk_says_no_rather_than_raising(tmp_path, monkeypatch):
+    """apply() reports SQLite's "full" as CheckpointFull: the daemon's probe of the disk took that
+    for a failure of its own and never probed again, so a host stayed "disk full" after the disk
+    had room again, until restarted (an adversarial test on a 1 MiB tmpfs)."""
+    from checkpoint.store import CheckpointFull
+    cp = Checkpoint(tmp_path / "AA.db", "AA")
+
+    def full(changes):
+        raise CheckpointFull("database or disk is full")
+    monkeypatch.setattr(cp, "apply", full)
+    assert cp.can_write(4096) is False
+    monkeypatch.undo()
+    assert cp.can_write(4096) is True
+    cp.close()
