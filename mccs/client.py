@@ -177,6 +177,13 @@ class Client:
         self._pending_confirms.clear()  # unknown outcome: those messages stay remembered
         self._unconfirmed.clear()  # the daemon hands them again; we drop those copies and confirm them
 
+    def give_back(self) -> None:
+        """Hang up without confirming the messages returned and not yet confirmed (`carry_confirms`):
+        they stay on RECV_LIST, and the daemon hands them again (to the next handler of the name).
+        For a caller that could not keep what it received (its output failed)."""
+        self._unconfirmed.clear()
+        self._drop()
+
     def close(self) -> None:
         """Wait for the daemon to commit our confirms, then hang up."""
         if self._sock is not None:

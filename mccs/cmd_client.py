@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -122,12 +123,13 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
-def _client(args, observe: bool = False) -> Client:
+def _client(args, observe: bool = False, carry_confirms: bool = False) -> Client:
     if not args.config:
         raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
     if not args.name:
         raise _Usage("no process name: give --as NAME or set MCCS_NAME")
-    return Client(args.config, args.name, observe=observe, connect_timeout=1.0, reconnect_timeout=10.0)
+    return Client(args.config, args.name, observe=observe, connect_timeout=1.0, reconnect_timeout=10.0,
+                  carry_confirms=carry_confirms)
 
 
 class _Usage(Exception):
@@ -177,20 +179,37 @@ def run_send(args) -> int:
 
 @_guard
 def run_recv(args) -> int:
-    with _client(args, args.observe) as client:
+    """The message is confirmed (taken off RECV_LIST) only once it is written out: if that fails
+    it stays, and the daemon hands it again."""
+    with _client(args, args.observe, carry_confirms=True) as client:
         msg = client.recv(args.from_id, args.user_id, wait=not args.nowait, timeout=args.timeout)
-    if msg is None:
-        return _fail(EXIT_NOTHING, "nothing received")
+        if msg is None:
+            return _fail(EXIT_NOTHING, "nothing received")
+        try:
+            _write_out(msg, args)
+        except OSError as e:
+            client.give_back()
+            raise _Usage(f"cannot write message {msg.from_id[:2]}/{msg.msg_id} out ({e}): it stays on RECV_LIST, "
+                         "to be received again") from None
+    return EXIT_OK
+
+
+def _write_out(msg: Message, args) -> None:
     if args.out is not None:
         part = f"{args.out}.part"
-        with open(part, "wb") as f:
-            f.write(msg.data)
-        os.replace(part, args.out)
+        try:
+            with open(part, "wb") as f:
+                f.write(msg.data)
+            os.replace(part, args.out)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise
     if args.json:
         _print_json(msg, **({"out": args.out, "bytes": len(msg.data)} if args.out is not None else {}))
+        sys.stdout.flush()
     elif args.out is None:
         _print_data(msg)
-    return EXIT_OK
 
 
 def _print_json(msg: Message, **about) -> None:

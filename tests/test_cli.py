@@ -68,6 +68,25 @@ def test_json_data_is_base64(tmp_path):
     assert base64.b64decode(got["data"]) == b"\xff\xfe" and got["text"] is None
 
 
+def test_recv_whose_output_fails_leaves_the_message_to_be_received_again(tmp_path):
+    """`mccs recv` took the message off RECV_LIST, then failed to write it (a directory as --out, a
+    missing folder, a full disk): the message was lost (an adversarial test). Now it is confirmed
+    only once written."""
+    cfg = write_config(tmp_path, "AA", [])
+    with DaemonProcess(cfg):
+        mccs("send", "-c", cfg, "--as", "S", "AAR", "keep me")
+        for out in (tmp_path, tmp_path / "missing" / "msg.bin"):
+            rc, _, err = mccs("recv", "-c", cfg, "--as", "R", "--out", out)
+            assert rc == 2 and "stays on RECV_LIST" in err, err
+        with open("/dev/full", "wb") as full:
+            p = subprocess.run([sys.executable, "-m", "mccs.cli", "recv", "-c", str(cfg), "--as", "R"],
+                               stdout=full, stderr=subprocess.PIPE, timeout=60)
+        assert p.returncode == 2 and b"stays on RECV_LIST" in p.stderr, p.stderr
+        rc, _, _ = mccs("recv", "-c", cfg, "--as", "R", "--out", tmp_path / "msg.bin")
+        assert rc == 0 and (tmp_path / "msg.bin").read_bytes() == b"keep me"
+        assert not list(tmp_path.glob("*.part"))
+
+
 @pytest.mark.parametrize("text, message", [
     ('[host]\nid = "AA"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\nbufers = 3\n', "unknown key 'bufers'"),
     ('[host]\nid = "A A"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\n', "invalid host id"),
