@@ -266,6 +266,8 @@ def _build(cls, table: dict, where: str, base: Path, extra: dict | None = None):
         if not isinstance(value, want) or (want in (int, (int, str)) and isinstance(value, bool)):
             if not (key == "stopbits" and isinstance(value, (int, float))):
                 raise ConfigError(f"{where}: {key} = {value!r}: expected {getattr(want, '__name__', 'int or str')}")
+        if isinstance(value, str) and "\0" in value:
+            raise ConfigError(f"{where}: {key} holds a NUL character")
         if key in _PATH_KEYS and value and "://" not in value:
             values[key] = str((base / os.path.expanduser(value)).resolve())
     return cls(**values, **(extra or {}))
@@ -281,6 +283,10 @@ def load(path: str | os.PathLike) -> HostConfig:
         raise ConfigError(f"{path}: no such config file") from None
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ConfigError(f"{path}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}), as TOML must be") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: arrays or tables nested too deeply") from None
     return from_dict(doc, path)
 
 
@@ -293,7 +299,7 @@ def from_dict(doc: dict, path: str | os.PathLike = "<config>") -> HostConfig:
     if not isinstance(doc.get("host"), dict):
         raise ConfigError(f"{path}: missing [host] table")
     for key in ("line", "process", "route"):
-        if not isinstance(doc.get(key, []), list):
+        if not isinstance(doc.get(key, []), list) or not all(isinstance(t, dict) for t in doc.get(key, [])):
             raise ConfigError(f"{path}: {key} must be an array of tables ([[{key}]])")
     try:
         lines = [_build(LineConfig, t, f"{path} [[line]] #{i + 1}", base) for i, t in enumerate(doc.get("line", []))]

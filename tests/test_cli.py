@@ -99,10 +99,16 @@ def test_recv_whose_output_fails_leaves_the_message_to_be_received_again(tmp_pat
     ('[host]\nid = "AA"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\n[[line]]\npeer = "BB"\n'
      'port = "p"\nspeed = 9600\n', "unknown key 'speed'"),
     ('[host\n', "Expected"),
+    # tracebacks before (an adversarial test): bytes that are not UTF-8, an array of numbers where
+    # tables belong, a NUL in a path, arrays nested past Python's recursion limit
+    (b'[host]\nid = "AA"\nsocket = "s\xff"\ncheckpoint = "c"\ntrace_dir = "t"\n', "not UTF-8"),
+    ('line = [1, 2]\n[host]\nid = "AA"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\n', "array of tables"),
+    ('[host]\nid = "AA"\nsocket = "s\\u0000x"\ncheckpoint = "c"\ntrace_dir = "t"\n', "NUL"),
+    ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
 ])
 def test_bad_config_names_key_and_reason(tmp_path, text, message):
     path = tmp_path / "bad.toml"
-    path.write_text(text)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(ConfigError, match=message):
         load(path)
     rc, _, err = mccs("daemon", "-c", path)
