@@ -24,7 +24,7 @@ import sqlite3
 import time
 
 from checkpoint.changes import Stored
-from checkpoint.store import Checkpoint, CheckpointFull
+from checkpoint.store import Checkpoint, CheckpointError, CheckpointFull
 from linedrivers.port import SerialPort
 
 from . import requests, server, service
@@ -81,7 +81,13 @@ class Daemon:
     def initialize(self) -> None:
         """Open the checkpoint and restore the lists exactly as they were at the last commit."""
         self.cp = Checkpoint(self.cfg.checkpoint, self.host, self.cfg.synchronous, new=self.new_checkpoint)
-        self.kernel = self._core()
+        try:
+            self.kernel = self._core()
+        except (sqlite3.Error, LookupError, TypeError, ValueError) as e:  # tables or rows not as written
+            self.cp.close()
+            raise CheckpointError(f"checkpoint {self.cfg.checkpoint} cannot be restored ({e!r}): it is damaged. "
+                                  "Put a backup in its place (mccs checkpoint backup makes them), or start the "
+                                  "host afresh with --new-checkpoint; the file is left as it is") from None
         self.trace = TraceWriter(self.cfg.trace_dir, self.host, self.cfg.trace_max_bytes)
         lists = self.kernel.status()["lists"]
         log.info("%s: restored SEND_LIST %d, RECV_LIST %d, WAIT_LIST %d, next MSG_ID %d", self.host,

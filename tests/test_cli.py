@@ -119,3 +119,19 @@ def test_config_paths_relative_to_file(tmp_path):
     cfg = load(write_config(tmp_path / "etc", "AA", [{"peer": "BB", "port": "socket://127.0.0.1:9"}]))
     assert cfg.checkpoint == str((tmp_path / "etc" / "AA.db").resolve())
     assert cfg.lines[0].port == "socket://127.0.0.1:9" and cfg.lines[0].reply_timeout == 3.0
+
+
+@pytest.mark.parametrize("damage", ["DROP TABLE send_list", "ALTER TABLE recv_list DROP COLUMN priority",
+                                    "DELETE FROM meta WHERE key = 'next_msg_id'"])
+def test_a_checkpoint_that_cannot_be_restored_is_a_clear_error(tmp_path, damage):
+    """Tables or rows not as MCCS wrote them (edited by hand, say) made `mccs daemon` print a
+    traceback (an adversarial test); now it says what is wrong and what to do, exit 2."""
+    import sqlite3
+    cfg = write_config(tmp_path, "AA", [])
+    with DaemonProcess(cfg) as d:
+        mccs("send", "-c", cfg, "--as", "S", "AAR", "stored")
+        path = d.cfg.checkpoint
+    with sqlite3.connect(path) as conn:
+        conn.execute(damage)
+    rc, _, err = mccs("daemon", "-c", cfg)
+    assert rc == 2 and "cannot be restored" in err and "Traceback" not in err, err
