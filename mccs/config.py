@@ -166,6 +166,9 @@ class RouteConfig:
                               f"(peers: {', '.join(sorted(peers)) or 'none'})")
 
 
+SOCKET_PATH_MAX = 107  # bytes of sun_path on Linux, less its closing NUL
+
+
 @dataclass
 class HostConfig:
     id: str
@@ -200,6 +203,9 @@ class HostConfig:
         _choice("routing", self.routing, ("auto", "static"))
         _range("hop_limit", self.hop_limit, 1, 16)
         _range("ttl", self.ttl, 1, envelope.TTL_MAX / 10)
+        if len(os.fsencode(self.socket)) > SOCKET_PATH_MAX:
+            raise ConfigError(f"socket = {self.socket!r}: {len(os.fsencode(self.socket))} bytes long, and a Unix "
+                              f"socket's path holds at most {SOCKET_PATH_MAX}: choose a shorter one")
         if self.socket_group:
             try:
                 grp.getgrnam(self.socket_group)

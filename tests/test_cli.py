@@ -105,6 +105,7 @@ def test_recv_whose_output_fails_leaves_the_message_to_be_received_again(tmp_pat
     ('line = [1, 2]\n[host]\nid = "AA"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\n', "array of tables"),
     ('[host]\nid = "AA"\nsocket = "s\\u0000x"\ncheckpoint = "c"\ntrace_dir = "t"\n', "NUL"),
     ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+    ('[host]\nid = "AA"\nsocket = "/tmp/%s"\ncheckpoint = "c"\ntrace_dir = "t"\n' % ("s" * 120), "socket = "),
 ])
 def test_bad_config_names_key_and_reason(tmp_path, text, message):
     path = tmp_path / "bad.toml"
