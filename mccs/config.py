@@ -118,6 +118,8 @@ class ProcessConfig:
             self.name = process_name(self.name).rstrip()
         except IdError as e:
             raise ConfigError(f"[[process]] name: {e}") from None
+        if self.name == "MCCS":
+            raise ConfigError("[[process]] name 'MCCS' is the daemon's own (its notices come from it)")
         _range(f"[[process]] {self.name!r} max_waiting", self.max_waiting, 0, 10_000_000)
         _choice("disposition", self.disposition, ("queue", "discard"))
         _range("backoff_max", self.backoff_max, 0.001, 1e6)

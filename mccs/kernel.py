@@ -262,6 +262,9 @@ class Kernel:
         self.lists.wait.add_batch(batch)
 
     def _check_send(self, req: Send) -> None:
+        if req.to_id[2:].rstrip() == NOTICE_NAME:  # it would wait on RECV_LIST for ever
+            raise RequestError("not_permitted", f"TO_ID {req.to_id.rstrip()!r}: process name {NOTICE_NAME!r} is "
+                                                "the daemon's own, which receives no messages")
         if len(req.data) > self.cfg.max_message:
             raise RequestError("too_large", f"message of {len(req.data)} bytes is over the maximum of "
                                             f"{self.cfg.max_message}")

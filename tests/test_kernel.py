@@ -64,6 +64,13 @@ def test_unknown_host_refused_and_recv_from_unlinked_host_blank(alone):
     assert p.recv(**{"from": "ZZX"})["msg"] is None  # answered at once although it would wait
 
 
+def test_nothing_is_sent_to_the_daemons_own_name(alone):
+    """AAMCCS takes no messages: one sent there waited on RECV_LIST for ever (an adversarial test)."""
+    p = alone.client("AA", "P")
+    assert p.send("AAMCCS", b"x")["code"] == "not_permitted"
+    assert not alone["AA"].kernel.lists.recv
+
+
 def test_requests_need_a_name_but_administration_does_not(alone):
     anon = alone.client("AA", None)
     assert anon.send("AAR", b"x")["code"] == "no_name"
