@@ -67,6 +67,7 @@ class Daemon:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._pass_pending = False
+        self._full_said, self._full_failures = float("-inf"), 0  # passes failed on a full disk, not yet logged
         self._gathering: asyncio.TimerHandle | None = None  # a pass that waits for answered processes
         self._answered: set[int] = set()  # connections the last commit answered, not yet back
         self.passes = 0  # passes run: with commits, what a message costs the daemon (mccs status)
@@ -332,9 +333,16 @@ class Daemon:
 
     # -- a failed pass, a full disk -------------------------------------------------------------
     def _recover(self, why: str, disk_full: bool) -> None:
-        """The pass is rolled back; rebuild the core from the checkpoint, as a restart would."""
-        log.error("%s: %s; the pass was rolled back, the lists are restored from the checkpoint", self.host, why)
+        """The pass is rolled back; rebuild the core from the checkpoint, as a restart would. On a
+        full disk the clients dropped ask again at once and may fail so again and again: said once
+        every FULL_PROBE seconds (with how many since), not each time."""
         now = time.monotonic()
+        self._full_failures += disk_full
+        if not disk_full or now - self._full_said >= FULL_PROBE:
+            log.error("%s: %s; the pass was rolled back, the lists are restored from the checkpoint%s", self.host, why,
+                      f" ({self._full_failures} passes failed so since)" if self._full_failures > 1 else "")
+            if disk_full:
+                self._full_said, self._full_failures = now, 0
         if not disk_full:
             self._recoveries = [t for t in self._recoveries if now - t < RECOVERY_WINDOW] + [now]
             if len(self._recoveries) >= RECOVERY_LIMIT:
