@@ -306,8 +306,12 @@ class Client:
                     self._confirm_now()
                 return self._exchange(request, deadline, wait)
             except (ConnectionError, OSError):
-                reconnect_by = reconnect_by or time.monotonic() + self.reconnect_timeout
-                self._connect(max(0.0, reconnect_by - time.monotonic()))
+                now = time.monotonic()
+                reconnect_by = reconnect_by or now + self.reconnect_timeout
+                if now >= reconnect_by or (deadline is not None and now >= deadline):  # it answers, then hangs up
+                    raise DaemonUnreachable(f"the MCCS daemon on {self.path} keeps closing the connection before "
+                                            f"it answers (for {self.reconnect_timeout:g} s): see its log") from None
+                self._connect(max(0.0, reconnect_by - now))
 
     def _data(self, data: bytes) -> bytes | str:
         """A message's data in a request: as it is in MessagePack, in base64 in JSON."""

@@ -121,3 +121,33 @@ def test_thousands_of_requests_answered_at_once_in_one_write(daemon):
     with mccs.connect(daemon.config, None) as admin:
         assert admin.status()["lists"]["recv"] == 0
     _still_serves(daemon)
+
+
+def test_a_client_whose_daemon_keeps_hanging_up_gives_up_in_its_reconnect_time(tmp_path):
+    """A daemon that drops a client at every asking of one request (a reply it cannot encode, say)
+    kept the client reconnecting and asking for ever, `mccs queue list` thousands of times a second
+    (an adversarial test). The client gives up after its reconnect time, as for a daemon gone."""
+    import time
+
+    from mccs.client import Client, DaemonUnreachable
+    path = str(tmp_path / "hangs-up.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(16)
+    accepted = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            conn.close()  # whatever it asks
+    threading.Thread(target=serve, daemon=True).start()
+    client = Client(path, None, connect_timeout=1.0, reconnect_timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(DaemonUnreachable, match="keeps closing"):
+        client.status()
+    assert time.monotonic() - t0 < 10 and len(accepted) > 1
+    server.close()
