@@ -109,7 +109,7 @@ class Checkpoint:
                 raise CheckpointError(f"--new-checkpoint: {self.path} already holds a checkpoint; it is not "
                                       "replaced. Move it aside first if you really mean to start this host empty")
             self._move_aside(exists)
-        elif empty and (exists or not first_start or self._side_files()):
+        elif empty and (not first_start or self._side_files()):  # (an empty file no daemon used: made here)
             what = "is empty" if exists else "is missing"
             raise CheckpointError(
                 f"checkpoint {self.path} {what}, but a daemon used it before ({self.path}.lock"

@@ -186,3 +186,17 @@ def test_the_probe_of_a_full_disk_says_no_rather_than_raising(tmp_path, monkeypa
     monkeypatch.undo()
     assert cp.can_write(4096) is True
     cp.close()
+
+
+def test_an_empty_file_no_daemon_used_becomes_the_checkpoint(tmp_path):
+    """`touch AA.db` before the first start: refused as "used before" (by the lock file the same
+    start had just made), and then refused for good (an adversarial test). An empty file beside
+    the lock of an earlier daemon is still refused: that one lost its checkpoint."""
+    path = tmp_path / "AA.db"
+    path.touch()
+    cp = Checkpoint(path, "AA")
+    assert cp.restore().next_msg_id == 1
+    cp.close()
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="is empty, but a daemon used it before"):
+        Checkpoint(path, "AA")
