@@ -101,27 +101,37 @@ def test_a_large_message_crosses_two_hops_through_a_crash_of_the_transit_host_wi
     assert p.recv(wait=False, **{"from": "CCMCCS"})["msg"]["user_id"] == msg_id  # the delivered notice
 
 
-def test_a_message_in_segments_is_finished_on_its_line_when_the_route_moves_and_order_holds(tmp_path):
-    from mccs.routing import INFINITY
+def _square_with_a_transfer_half_way(tmp_path, seed: int):
+    """AA, BB, CC, DD in a square; AA sends DD 300,000 bytes, which go in segments by one of BB and
+    CC (`first`, the other is `other`) and are more than 50,000 bytes there."""
     hosts = {"AA": [line("BB"), line("CC")], "BB": [line("AA"), line("DD")], "CC": [line("AA"), line("DD")],
              "DD": [line("BB"), line("CC")]}
     net = SimNet(tmp_path, hosts, max_message=BIG)
     assert net.run(lambda: all(h.kernel.routes.next_hop("DD") for h in net.hosts.values() if h.id != "DD"),
                    duration=60)
     first = net["AA"].kernel.routes.next_hop("DD")
-    other = "CC" if first == "BB" else "BB"
-    data = random.Random(6).randbytes(300_000)
+    data = random.Random(seed).randbytes(300_000)
     p = net.client("AA", "P")
     big = p.send("DDR", data)["msg_id"]
     assert net.run(lambda: net["AA"].kernel.lines[first].transfer is not None
                    and net["AA"].kernel.lines[first].transfer.blk.acked > 50_000, duration=120)
-    net["AA"].kernel.routes.advert(first, {"DD": INFINITY}, net.now)  # the path through `first` is gone
-    assert net["AA"].kernel.routes.next_hop("DD") == other
+    return net, p, first, "CC" if first == "BB" else "BB", big, data
+
+
+def _then_three_small_arrive_behind_it(net: SimNet, p, big: int, data: bytes) -> None:
     small = [p.send("DDR", b"after %d" % i)["msg_id"] for i in range(3)]
-    assert net.run(lambda: len(net["DD"].kernel.lists.recv) >= 4, duration=300)
+    assert net.run(lambda: len(net["DD"].kernel.lists.recv) >= 4, duration=600)
     r = net.client("DD", "R")
     got = [r.recv(wait=False)["msg"] for _ in range(4)]
     assert [m["msg_id"] for m in got] == [big, *small] and base64.b64decode(got[0]["data"]) == data
+
+
+def test_a_message_in_segments_is_finished_on_its_line_when_the_route_moves_and_order_holds(tmp_path):
+    from mccs.routing import INFINITY
+    net, p, first, other, big, data = _square_with_a_transfer_half_way(tmp_path, 6)
+    net["AA"].kernel.routes.advert(first, {"DD": INFINITY}, net.now)  # the path through `first` is gone
+    assert net["AA"].kernel.routes.next_hop("DD") == other
+    _then_three_small_arrive_behind_it(net, p, big, data)
     assert net["DD"].kernel.lines[first].counters["segments"] > 0 and not net["DD"].kernel.lines[other].counters[
         "segments"]
 
@@ -131,25 +141,10 @@ def test_a_message_in_segments_starts_again_by_another_route_when_its_line_is_lo
     route from its first byte, since the host there holds none of it, and arrives whole and once,
     those after it behind it. (An adversarial test found it resumed there at the offset the lost
     next hop held: every piece refused, yet acknowledged, and the message gone without a word.)"""
-    hosts = {"AA": [line("BB"), line("CC")], "BB": [line("AA"), line("DD")], "CC": [line("AA"), line("DD")],
-             "DD": [line("BB"), line("CC")]}
-    net = SimNet(tmp_path, hosts, max_message=BIG)
-    assert net.run(lambda: all(h.kernel.routes.next_hop("DD") for h in net.hosts.values() if h.id != "DD"),
-                   duration=60)
-    first = net["AA"].kernel.routes.next_hop("DD")
-    other = "CC" if first == "BB" else "BB"
-    data = random.Random(7).randbytes(300_000)
-    p = net.client("AA", "P")
-    big = p.send("DDR", data)["msg_id"]
-    assert net.run(lambda: net["AA"].kernel.lines[first].transfer is not None
-                   and net["AA"].kernel.lines[first].transfer.blk.acked > 50_000, duration=120)
+    net, p, first, other, big, data = _square_with_a_transfer_half_way(tmp_path, 7)
     for side in "ab":  # the cable is pulled
         net.channel("AA", first).towards(side).imp.drop = 1.0
-    small = [p.send("DDR", b"after %d" % i)["msg_id"] for i in range(3)]
-    assert net.run(lambda: len(net["DD"].kernel.lists.recv) >= 4, duration=600)
-    r = net.client("DD", "R")
-    got = [r.recv(wait=False)["msg"] for _ in range(4)]
-    assert [m["msg_id"] for m in got] == [big, *small] and base64.b64decode(got[0]["data"]) == data
+    _then_three_small_arrive_behind_it(net, p, big, data)
     assert net["DD"].kernel.lines[other].counters["segments"] > 0
     assert not net["AA"].kernel.lists.send
 
