@@ -401,12 +401,11 @@ class Checkpoint:
 
 def _rows(conn: sqlite3.Connection, table: Table) -> list[Row]:
     """A list's blocks in order. Texts in TEXTS stay in the file: a Stored stands for them."""
-    acked = f"(SELECT acked FROM {Table.SEND_ACKED} a WHERE a.seq = t.seq)"
-    acked_by = f"(SELECT peer FROM {Table.SEND_ACKED} a WHERE a.seq = t.seq)"
     size = f"(SELECT length(data) FROM {Table.TEXTS} x WHERE x.id = t.text)"
     out = []
-    for *r, text, size in conn.execute(f"SELECT {', '.join(MSGBLOK_COLUMNS)}, coalesce({acked}, 0), "
-                                       f"coalesce({acked_by}, ''), text, {size} FROM {table} t ORDER BY seq"):
+    for *r, text, size in conn.execute(f"SELECT {', '.join(f't.{c}' for c in MSGBLOK_COLUMNS)}, coalesce(a.acked, 0), "
+                                       f"coalesce(a.peer, ''), t.text, {size} FROM {table} t "
+                                       f"LEFT JOIN {Table.SEND_ACKED} a ON a.seq = t.seq ORDER BY t.seq"):
         row = Row(*r)
         out.append(dataclasses.replace(row, data=Stored(text, size, row.crc)) if text else row)
     return out

@@ -333,16 +333,9 @@ class Daemon:
 
     # -- a failed pass, a full disk -------------------------------------------------------------
     def _recover(self, why: str, disk_full: bool) -> None:
-        """The pass is rolled back; rebuild the core from the checkpoint, as a restart would. On a
-        full disk the clients dropped ask again at once and may fail so again and again: said once
-        every FULL_PROBE seconds (with how many since), not each time."""
+        """The pass is rolled back; rebuild the core from the checkpoint, as a restart would."""
         now = time.monotonic()
-        self._full_failures += disk_full
-        if not disk_full or now - self._full_said >= FULL_PROBE:
-            log.error("%s: %s; the pass was rolled back, the lists are restored from the checkpoint%s", self.host, why,
-                      f" ({self._full_failures} passes failed so since)" if self._full_failures > 1 else "")
-            if disk_full:
-                self._full_said, self._full_failures = now, 0
+        self._say_rolled_back(why, disk_full, now)
         if not disk_full:
             self._recoveries = [t for t in self._recoveries if now - t < RECOVERY_WINDOW] + [now]
             if len(self._recoveries) >= RECOVERY_LIMIT:
@@ -363,6 +356,18 @@ class Daemon:
         if disk_full:
             self._arm_probe()
         self.wake()
+
+    def _say_rolled_back(self, why: str, disk_full: bool, now: float) -> None:
+        """On a full disk the clients dropped ask again at once and may fail so again and again:
+        that is said once every FULL_PROBE seconds, with how many failed, not each time."""
+        if disk_full:
+            self._full_failures += 1
+            if now - self._full_said < FULL_PROBE:
+                return
+            if self._full_failures > 1:
+                why += f" ({self._full_failures} passes failed so since it was last said)"
+            self._full_said, self._full_failures = now, 0
+        log.error("%s: %s; the pass was rolled back, the lists are restored from the checkpoint", self.host, why)
 
     def _check_space(self, now: float) -> None:
         self._space_checked = now

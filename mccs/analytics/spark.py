@@ -59,11 +59,12 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
     pool.shutdown(wait=False)
     try:
         sides, minutes, up_down, window, traffic = _one_pass(events, in_window, since, until)
+        lines_read = sum(r["events"] for r in sides)
         events_in = sum(r["events"] for r in sides if r["win"])
         malformed = sum(r["events"] for r in sides if r["bad"])
-        progress.stage(f"{sum(r['events'] for r in sides):,} events read, {events_in:,} in the window, {malformed:,} malformed")
+        progress.stage(f"{lines_read:,} events read, {events_in:,} in the window, {malformed:,} malformed")
         if window is None:
-            raise AnalyzeError(f"no valid trace events in the window ({sum(r['events'] for r in sides)} lines read, "
+            raise AnalyzeError(f"no valid trace events in the window ({lines_read} lines read, "
                                f"{malformed} malformed): check the paths and --since/--until")
         ws, we, width = window
         counts: dict[tuple, dict] = {}
@@ -90,7 +91,7 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
             "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "engine": {"spark": spark.version, "master": spark.sparkContext.master,
                        "seconds": round(time.monotonic() - t0, 3)},
-            "input": {"paths": [str(p) for p in paths], **read, "lines": sum(r["events"] for r in sides),
+            "input": {"paths": [str(p) for p in paths], **read, "lines": lines_read,
                       "events": events_in, "malformed": malformed,
                       "since": since, "until": until,
                       "window": {"start": ws, "end": we, "seconds": we - ws}},
