@@ -288,6 +288,13 @@ class AsyncLine(AsyncSignOn):
         """At least how many more received bytes it takes to finish the frame arriving (1: unknown)."""
         return self._deframer.wanted()
 
+    def unconfirmed_room(self) -> int:
+        """Data frames the peer may still send before it waits for our acknowledgement: the agreed
+        window less the messages received and not yet confirmed (0 while busy or not UP)."""
+        if self.state is not State.UP or self._busy:
+            return 0
+        return max(0, self._window - ((self._rx_next - self._rx_ack) & 0xFF))
+
     def data_to_send(self) -> bytes:
         if self.state is State.UP:
             self._pump()

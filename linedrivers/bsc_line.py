@@ -154,6 +154,10 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         """1: a block's length is known only at its end (ETB or ETX)."""
         return 1
 
+    def unconfirmed_room(self) -> int:
+        """0: the peer sends nothing more before the answer to its block."""
+        return 0
+
     def data_to_send(self) -> bytes:
         out = bytes(self._out)
         self._out.clear()

@@ -58,6 +58,7 @@ class LineConfig:
     ttd_timeout: float = 2.0
     keepalive: float = 30.0
     backoff_max: float = 60.0
+    ack_hold: float = 0.05  # async: how long a message received may wait to share its commit and ACK with the next
     secret_file: str = ""  # a shared secret: sign-on by challenge-response, every frame authenticated
     secret: bytes | None = _internal()
 
@@ -80,6 +81,7 @@ class LineConfig:
         _range("retry_limit", self.retry_limit, 1, 1000)
         for key in ("reply_timeout", "disconnect_timeout", "ttd_timeout", "keepalive", "backoff_max"):
             _range(key, getattr(self, key), 0.001, 1e6)
+        _range("ack_hold", self.ack_hold, 0.0, 1.0)
         if self.secret_file:
             self.secret = _read_secret(self.secret_file)
 

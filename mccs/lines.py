@@ -116,6 +116,8 @@ class LineControlBlock:
     downgrades: int = 0  # sign-ons without routing since, each answered by signing on again
     transfer: Transfer | None = None  # the last message sent in segments, for status
     segmented: dict[int, MSGBLOK] = field(default_factory=dict)  # by seq: carried in segments, pieces left to hand
+    last_arrival: float | None = None  # monotonic time the last message came in (see Lines._ack_wait)
+    hold_until: float | None = None  # the messages in the backlog wait for more until then at the latest
     wire_free: float = 0.0  # monotonic time the images handed so far are out on the wire, at the baud
     next_hand: float | None = None  # the Message-Sender waits for the wire: run a pass then
     counters: collections.Counter = field(default_factory=collections.Counter)
@@ -207,15 +209,39 @@ class Lines:
         the time it came, so the passes of a busy line do not fall between a block and its answer."""
         lcb = self.lcbs[peer]
         lcb.machine.receive_data(data, now)
-        for ev in lcb.machine.events():
+        new = lcb.machine.events()
+        for ev in new:
             if _damaged(ev) and lcb.backlog and _damaged(last := lcb.backlog[-1][0]) and last.kind == ev.kind:
                 last.count += 1  # noise: one trace line for a run of damaged frames, not one each
                 last.nbytes += ev.nbytes
             else:
                 lcb.backlog.append((ev, now))
-        if not lcb.backlog:
+        if not new:  # what waits in the backlog has its pass coming already
             return None
-        return TRACE_DELAY if all(isinstance(ev, FrameTraced) for ev, _ in lcb.backlog) else 0.0
+        if all(isinstance(ev, FrameTraced) for ev, _ in lcb.backlog):
+            return TRACE_DELAY
+        return self._ack_wait(lcb, [ev for ev in new if isinstance(ev, MessageReceived)], now)
+
+    def _ack_wait(self, lcb: LineControlBlock, arrived: list[MessageReceived], now: float) -> float:
+        """Within how many seconds the pass must store the messages just received: at once, unless
+        the peer is streaming (this message came about one frame time after the last) and may send
+        more before it needs our acknowledgement. Then they wait for the frames behind, up to the
+        line's `ack_hold` after the first, so that one pass, one commit and one acknowledgement take
+        several messages (issue 15); the wait ends at once when the next frame could not come in
+        time. A lone message, a stop-and-wait line (BSC) and any event but a message never wait."""
+        streaming = False
+        if arrived:
+            frame = 1.25 * (len(arrived[-1].image) + FRAME_BYTES) * 10 / lcb.cfg.baud
+            streaming = lcb.last_arrival is not None and now - lcb.last_arrival <= frame
+            lcb.last_arrival = now
+        if (streaming and lcb.machine.unconfirmed_room() >= 2
+                and all(isinstance(ev, (FrameTraced, MessageReceived)) for ev, _ in lcb.backlog)):
+            until = now + lcb.cfg.ack_hold if lcb.hold_until is None else lcb.hold_until
+            if now + frame <= until:
+                lcb.hold_until = until
+                return until - now
+        lcb.hold_until = None
+        return 0.0
 
     def answers(self, peer: str) -> bytes:
         """The bytes the line's machine made from the data just fed: the shell writes them at
@@ -256,6 +282,9 @@ class Lines:
             deadline = lcb.machine.next_deadline()
             if deadline is not None and now >= deadline:
                 lcb.machine.handle_timeout(now)
+            elif lcb.hold_until is not None and now < lcb.hold_until:
+                continue  # the messages received wait for the next frame (_ack_wait)
+            lcb.hold_until = None
             events, lcb.backlog = lcb.backlog + [(ev, now) for ev in lcb.machine.events()], []
             for ev, at in events:
                 if isinstance(ev, FrameTraced):
@@ -277,6 +306,7 @@ class Lines:
         lcb.active.clear()
         lcb.segmented.clear()
         lcb.must_confirm = False
+        lcb.hold_until = lcb.last_arrival = None  # what was received goes to the next pass
         if lcb.routed:
             lcb.routed = False
             fx.change(*self.routes.line_down(lcb.peer, now))
@@ -550,6 +580,6 @@ class Lines:
         return False
 
     def deadline(self) -> float | None:
-        times = [t for lcb in self.lcbs.values() for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand)
-                 if t is not None]
+        times = [t for lcb in self.lcbs.values()
+                 for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until) if t is not None]
         return min(times, default=None)

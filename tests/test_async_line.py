@@ -84,6 +84,25 @@ def test_ack_frame_byte_for_byte_and_only_after_confirm():
 
 
 @pytest.mark.timeout(10)
+def test_unconfirmed_room_is_the_window_less_what_waits_for_confirm():
+    """What the daemon may let wait for the next frame (its streaming hold): the frames the peer
+    may still send before it needs an acknowledgement; none while busy."""
+    from linedrivers import BscLine
+    m = signed_on_receiver(window=4)
+    assert m.unconfirmed_room() == 4
+    for seq, img in enumerate(make_images("AA", "BB", 3, 10)):
+        m.receive_data(encode_frame("D", seq, 0, img), 1.0)
+    m.events()
+    assert m.unconfirmed_room() == 1
+    m.confirm()
+    assert m.unconfirmed_room() == 4
+    m.set_busy(True)
+    assert m.unconfirmed_room() == 0
+    assert AsyncLine("AA", "BB").unconfirmed_room() == 0  # not signed on
+    assert BscLine("AA", "BB", role="primary").unconfirmed_room() == 0  # stop-and-wait
+
+
+@pytest.mark.timeout(10)
 def test_signon_frames_byte_for_byte():
     body = b"MCCS/1 HOST=AA WINDOW=8 MAXMSG=128"
     assert SignOn("AA", 8, 128).encode() == body

@@ -192,6 +192,106 @@ def test_a_run_of_damaged_frames_is_one_trace_line(pair):
     assert _data(bb.client("R").recv()) == b"after the noise"
 
 
+def _streamed(tmp_path, monkeypatch, n: int, **keys):
+    """Hosts AA and BB on a 115,200-baud line, up and settled, and the `n` data frames AA then
+    sends BB, caught on the way (not delivered); BB has had its pass, so nothing waits there."""
+    net = SimNet(tmp_path, {"AA": [line("BB", baud=115200, **keys)], "BB": [line("AA", baud=115200, **keys)]})
+    net.run(lambda: net["BB"].kernel.lines.lcbs["AA"].state is LineState.UP)
+    net.run(duration=1.0)  # the routes exchanged
+    caught = []
+    monkeypatch.setattr(net, "write", lambda src, dst, data: caught.append(data) if src == "AA" else None)
+    p = net["AA"].client("P")
+    for i in range(n):
+        p.send("BBR", bytes([i]) * 100)
+    frames = lambda: list({f[1]: b"\x7e" + f + b"\x7e" for f in b"".join(caught).strip(b"\x7e").split(b"\x7e\x7e")
+                           if f[:1] == b"D"}.values())  # by SEQ: a frame handed again is the same frame
+    while len(frames()) < n:  # AA's Message-Sender hands the line a few frames a pass
+        net.now += 0.01
+        net["AA"].run_pass()
+    net["BB"].run_pass()
+    return net, frames()
+
+
+def _stored(fx) -> int:
+    return len(_inserted(fx, Table.RECV_LIST))
+
+
+def _acks(fx) -> int:
+    return sum(w.data.count(b"\x7eA") for w in fx.writes)
+
+
+def test_a_streaming_peer_s_messages_share_one_pass_commit_and_acknowledgement(tmp_path, monkeypatch):
+    """Frames back to back while the peer may send more: the messages wait for the frames behind
+    them, up to the line's ack_hold after the first, and one pass stores them all and
+    acknowledges them once (issue 15). A pass that comes meanwhile leaves them waiting."""
+    net, frames = _streamed(tmp_path, monkeypatch, 5)
+    bb, start = net["BB"], net.now
+    gap = len(frames[0]) * 10 / 115200  # one frame's time on the wire: back to back
+    at = [start + i * gap for i in range(5)]
+    assert bb.kernel.line_data("AA", frames[0], at[0]) == 0.0  # the first: nothing came before it
+    net.now = at[0]
+    assert _stored(bb.run_pass()) == 1
+    waits = [bb.kernel.line_data("AA", f, t) for f, t in zip(frames[1:4], at[1:4])]
+    assert waits[0] == pytest.approx(0.05) and all(w > 0 for w in waits)  # wait for the next
+    assert at[1] + waits[0] == pytest.approx(at[3] + waits[2])  # until one time, counted from the first
+    net.now = at[3]
+    between = bb.run_pass()  # a pass that comes anyway (a process's request, say)
+    assert _stored(between) == 0 and _acks(between) == 0
+    assert between.deadline == pytest.approx(at[1] + 0.05)
+    # the fifth could not come before that: the wait ends with it
+    assert bb.kernel.line_data("AA", frames[4], at[4]) == 0.0
+    net.now = at[4]
+    fx = bb.run_pass()
+    assert _stored(fx) == 4 and _acks(fx) == 1
+    r = bb.client("R")
+    assert [_data(r.recv())[0] for _ in range(5)] == [0, 1, 2, 3, 4]
+
+
+def test_messages_waiting_for_a_stream_that_stops_are_stored_at_the_end_of_the_wait(tmp_path, monkeypatch):
+    net, frames = _streamed(tmp_path, monkeypatch, 2)
+    bb, gap = net["BB"], len(frames[0]) * 10 / 115200
+    bb.kernel.line_data("AA", frames[0], net.now)
+    assert _stored(bb.run_pass()) == 1
+    came = net.now + gap
+    assert bb.kernel.line_data("AA", frames[1], came) == pytest.approx(0.05)
+    net.now = came + 0.049
+    assert _stored(bb.run_pass()) == 0
+    net.now = came + 0.05
+    fx = bb.run_pass()
+    assert _stored(fx) == 1 and _acks(fx) == 1
+
+
+def test_messages_waiting_for_the_stream_are_not_acknowledged_and_a_crash_loses_none(tmp_path, monkeypatch):
+    """Durable before ACK holds while they wait: nothing acknowledges them, so after a kill -9
+    the sender sends them again, and each is delivered once."""
+    net, frames = _streamed(tmp_path, monkeypatch, 3)
+    bb, gap = net["BB"], len(frames[0]) * 10 / 115200
+    bb.kernel.line_data("AA", frames[0], net.now)
+    assert _stored(bb.run_pass()) == 1
+    for i, f in enumerate(frames[1:], 1):
+        assert bb.kernel.line_data("AA", f, net.now + i * gap) > 0
+    net.now += 2 * gap
+    assert _acks(bb.run_pass()) == 0
+    bb.crash()
+    monkeypatch.undo()
+    r = bb.client("R")
+    assert [_data(r.recv())[0] for _ in range(3)] == [0, 1, 2]
+    net.run(duration=2.0)
+    assert r.recv(wait=False)["msg"] is None and not net["AA"].kernel.lists.send
+
+
+@pytest.mark.parametrize("keys, gap_frames", [({"ack_hold": 0.0}, 1), ({}, 3)])
+def test_no_wait_when_switched_off_or_for_a_message_that_comes_alone(tmp_path, monkeypatch, keys, gap_frames):
+    """ack_hold = 0 stores every message at once, as before; so does a message that did not come
+    right behind the last (light load: no latency is added)."""
+    net, frames = _streamed(tmp_path, monkeypatch, 3, **keys)
+    bb, gap = net["BB"], gap_frames * len(frames[0]) * 10 / 115200
+    for i, f in enumerate(frames):
+        assert bb.kernel.line_data("AA", f, net.now) == 0.0
+        assert _stored(bb.run_pass()) == 1
+        net.now += gap
+
+
 def test_back_pressure_waits_for_a_buffer_and_keeps_the_wait_durable(tmp_path):
     net = SimNet(tmp_path, {"AA": []}, buffers=2)
     host = net["AA"]

@@ -7,7 +7,8 @@
   framing ceiling (the definition of `mccs bench line`), beside the bare state machines'
   goodput measured in the same run: the daemons' cost in points of efficiency;
 - CPU: the daemons' CPU seconds (user + system, from /proc) per 1,000 128-byte messages
-  delivered over a 115200-baud line, each daemon apart;
+  delivered over a 115200-baud line, each daemon apart; one message a SEND and a RECV, then
+  again with send_many and recv_many of 50;
 - idle: a daemon with two lines up and nothing to send (default timers): its share of a core
   and its resident memory, first started and again after a restart;
 - urgent: at 9600 baud with hundreds of 100-byte messages queued, priority-7 messages sent one
@@ -35,7 +36,8 @@ from mccs.testbed.vserial import Lines
 
 UNPACED = 10_000_000  # baud of the "unpaced" line: the relay never waits
 PARTS = ("rate", "goodput", "cpu", "idle", "urgent")
-CPU_TARGET = 0.5  # CPU-seconds per 1,000 messages per daemon
+CPU_TARGET = 0.5  # CPU-seconds per 1,000 messages per daemon (one message a SEND and a RECV)
+CPU_BATCH = 50  # the CPU part again with send_many and recv_many of this many
 IDLE_CPU_TARGET, IDLE_RSS_TARGET = 0.01, 40e6  # share of a core, bytes
 
 
@@ -110,30 +112,39 @@ def goodput(a: DaemonProcess, b: DaemonProcess, count: int, size: int) -> float:
         return count * size / (time.perf_counter() - t0)
 
 
-def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int) -> dict:
+def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int, batch: int = 1) -> dict:
     """Each daemon's CPU seconds per 1,000 messages sent by one process and RECVed by another
     (receiving while the SENDs go on), from before the first SEND to after the last RECV; and
-    its passes and commits per message (`mccs status` counters), which is where the CPU goes."""
+    its passes and commits per message (`mccs status` counters), which is where the CPU goes.
+    `batch` > 1: the sender uses send_many of that many, the receiver recv_many with its confirms
+    carried by the next request (keys end in `_batched`)."""
     import threading
 
     import mccs
 
+    def send(s) -> None:
+        for i in range(0, count, batch):
+            s.send_many([("BBCR", b"c" * size)] * min(batch, count - i)) if batch > 1 else s.send("BBCR", b"c" * size)
+
     daemons = {"AA": a, "BB": b}
     before = {h: (cpu_seconds(d.proc.pid), d.counters()) for h, d in daemons.items()}
-    with mccs.connect(a.config, "CS") as s, mccs.connect(b.config, "CR") as r:
-        sender = threading.Thread(target=lambda: [s.send("BBCR", b"c" * size) for _ in range(count)], daemon=True)
+    with mccs.connect(a.config, "CS") as s, mccs.connect(b.config, "CR", carry_confirms=batch > 1) as r:
+        sender = threading.Thread(target=send, args=(s,), daemon=True)
         sender.start()
-        for _ in range(count):
-            if r.recv(timeout=120) is None:
+        got = 0
+        while got < count:
+            n = len(r.recv_many(min(batch, count - got), timeout=120)) if batch > 1 else r.recv(timeout=120) is not None
+            if not n:
                 raise RuntimeError("a message did not arrive")
+            got += n
         sender.join()
-    out = {}
+    out, tag = {}, "_batched" if batch > 1 else ""
     for h, d in daemons.items():
         cpu0, c0 = before[h]
         c1 = d.counters()
-        out[f"cpu_s_per_1000_{h}"] = (cpu_seconds(d.proc.pid) - cpu0) * 1000 / count
-        out[f"passes_per_msg_{h}"] = (c1["passes"] - c0["passes"]) / count
-        out[f"commits_per_msg_{h}"] = (c1["commits"] - c0["commits"]) / count
+        out[f"cpu_s_per_1000_{h}{tag}"] = (cpu_seconds(d.proc.pid) - cpu0) * 1000 / count
+        out[f"passes_per_msg_{h}{tag}"] = (c1["passes"] - c0["passes"]) / count
+        out[f"commits_per_msg_{h}{tag}"] = (c1["commits"] - c0["commits"]) / count
     return out
 
 
@@ -225,6 +236,7 @@ def one_run(protocol: str, parts: set[str], args: argparse.Namespace) -> dict:
         if "cpu" in parts:
             with daemon_pair(root / "cpu", protocol, 115200) as (a, b):
                 out.update(cpu_per_message(a, b, args.cpu_messages, 128))
+                out.update(cpu_per_message(a, b, args.cpu_messages, 128, CPU_BATCH))
         if "idle" in parts:
             out.update(idle_cost(root / "idle", protocol, args.idle_seconds))
         if "urgent" in parts:
@@ -277,6 +289,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{r['cpu_s_per_1000_BB']:.3f} s (target < {CPU_TARGET} s per daemon); passes / commits a "
                   f"message: AA {r['passes_per_msg_AA']:.2f} / {r['commits_per_msg_AA']:.2f}, "
                   f"BB {r['passes_per_msg_BB']:.2f} / {r['commits_per_msg_BB']:.2f}")
+            print(f"  the same with send_many and recv_many of {CPU_BATCH}: AA {r['cpu_s_per_1000_AA_batched']:.3f} s, "
+                  f"BB {r['cpu_s_per_1000_BB_batched']:.3f} s; passes / commits a message: "
+                  f"AA {r['passes_per_msg_AA_batched']:.2f} / {r['commits_per_msg_AA_batched']:.2f}, "
+                  f"BB {r['passes_per_msg_BB_batched']:.2f} / {r['commits_per_msg_BB_batched']:.2f}")
         if "idle" in parts:
             for w in ("fresh", "restarted"):
                 print(f"  idle with two lines, {w}: {r[f'idle_core_share_{w}']:.2%} of a core, "
