@@ -216,7 +216,7 @@ class Lines:
                 last.nbytes += ev.nbytes
             else:
                 lcb.backlog.append((ev, now))
-        if not new:  # what waits in the backlog has its pass coming already
+        if not lcb.backlog:
             return None
         if all(isinstance(ev, FrameTraced) for ev, _ in lcb.backlog):
             return TRACE_DELAY
@@ -229,19 +229,18 @@ class Lines:
         line's `ack_hold` after the first, so that one pass, one commit and one acknowledgement take
         several messages (issue 15); the wait ends at once when the next frame could not come in
         time. A lone message, a stop-and-wait line (BSC) and any event but a message never wait."""
-        streaming = False
-        if arrived:
-            frame = 1.25 * (len(arrived[-1].image) + FRAME_BYTES) * 10 / lcb.cfg.baud
-            streaming = lcb.last_arrival is not None and now - lcb.last_arrival <= frame
-            lcb.last_arrival = now
-        if (streaming and lcb.machine.unconfirmed_room() >= 2
-                and all(isinstance(ev, (FrameTraced, MessageReceived)) for ev, _ in lcb.backlog)):
-            until = now + lcb.cfg.ack_hold if lcb.hold_until is None else lcb.hold_until
-            if now + frame <= until:
-                lcb.hold_until = until
-                return until - now
-        lcb.hold_until = None
-        return 0.0
+        if (lcb.machine.unconfirmed_room() < 2
+                or not all(isinstance(ev, (FrameTraced, MessageReceived)) for ev, _ in lcb.backlog)):
+            lcb.hold_until = None
+            return 0.0
+        if not arrived:  # bytes of the next frame, or a frame only to trace: a wait goes on
+            return 0.0 if lcb.hold_until is None else max(0.0, lcb.hold_until - now)
+        frame = 1.25 * (len(arrived[-1].image) + FRAME_BYTES) * 10 / lcb.cfg.baud
+        streaming = lcb.last_arrival is not None and now - lcb.last_arrival <= frame
+        lcb.last_arrival = now
+        until = now + lcb.cfg.ack_hold if lcb.hold_until is None else lcb.hold_until
+        lcb.hold_until = until if streaming and now + frame <= until else None
+        return 0.0 if lcb.hold_until is None else until - now
 
     def answers(self, peer: str) -> bytes:
         """The bytes the line's machine made from the data just fed: the shell writes them at
