@@ -97,6 +97,8 @@ def test_recv_whose_output_fails_leaves_the_message_to_be_received_again(tmp_pat
     ('[host]\nid = "AA"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\n[[line]]\npeer = "BB"\n'
      'port = "p"\nwindow = 200\n', "window = 200"),
     ('[host]\nid = "AA"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\n[[line]]\npeer = "BB"\n'
+     'port = "p"\nack_hold = 2\n', "ack_hold = 2"),
+    ('[host]\nid = "AA"\nsocket = "s"\ncheckpoint = "c"\ntrace_dir = "t"\n[[line]]\npeer = "BB"\n'
      'port = "p"\nspeed = 9600\n', "unknown key 'speed'"),
     ('[host\n', "Expected"),
     # tracebacks before (an adversarial test): bytes that are not UTF-8, an array of numbers where
