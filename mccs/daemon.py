@@ -253,6 +253,17 @@ class Daemon:
         self._timer_at = when
         self._timer = self.loop.call_at(when, self._timer_fired)
 
+    def _rearm(self, when: float | None) -> None:
+        """After a pass: the core's deadline is every time it must run again, so a timer set
+        before for an earlier one (a frame's trace, a wait that ended) goes, and costs no pass."""
+        if when == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._timer_at = None
+        if when is not None:
+            self._wake_at(when)
+
     def _timer_fired(self) -> None:
         self._timer = self._timer_at = None
         self.wake()
@@ -292,8 +303,7 @@ class Daemon:
             self.loop.create_task(self._run_program(start))
         if fx.changes and now - self._space_checked >= SPACE_CHECK:
             self._check_space(now)
-        if fx.deadline is not None:
-            self._wake_at(fx.deadline)
+        self._rearm(fx.deadline)
 
     def _answer(self, conn: server.Connection, body: dict) -> None:
         """A reply; a large message's text is read from the checkpoint as it is written."""

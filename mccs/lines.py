@@ -118,6 +118,7 @@ class LineControlBlock:
     segmented: dict[int, MSGBLOK] = field(default_factory=dict)  # by seq: carried in segments, pieces left to hand
     last_arrival: float | None = None  # monotonic time the last message came in (see Lines._ack_wait)
     hold_until: float | None = None  # the messages in the backlog wait for more until then at the latest
+    last_frame: int = 1  # bytes of the frame of the last message received, about
     wire_free: float = 0.0  # monotonic time the images handed so far are out on the wire, at the baud
     next_hand: float | None = None  # the Message-Sender waits for the wire: run a pass then
     counters: collections.Counter = field(default_factory=collections.Counter)
@@ -235,7 +236,8 @@ class Lines:
             return 0.0
         if not arrived:  # bytes of the next frame, or a frame only to trace: a wait goes on
             return 0.0 if lcb.hold_until is None else max(0.0, lcb.hold_until - now)
-        frame = 1.25 * (len(arrived[-1].image) + FRAME_BYTES) * 10 / lcb.cfg.baud
+        lcb.last_frame = len(arrived[-1].image) + FRAME_BYTES
+        frame = 1.25 * lcb.last_frame * 10 / lcb.cfg.baud
         streaming = lcb.last_arrival is not None and now - lcb.last_arrival <= frame
         lcb.last_arrival = now
         until = now + lcb.cfg.ack_hold if lcb.hold_until is None else lcb.hold_until
@@ -251,8 +253,12 @@ class Lines:
 
     def wanted(self, peer: str) -> int:
         """Bytes the line's machine needs before its next event can come (a frame whose length its
-        header told): the shell may let them gather instead of feeding every few."""
-        return self.lcbs[peer].machine.bytes_wanted()
+        header told): the shell may let them gather instead of feeding every few. While received
+        messages wait for a streaming peer's next frame (_ack_wait), that frame is taken to be as
+        long as the last: one read a frame instead of two, and a shorter one waits at most that long."""
+        lcb = self.lcbs[peer]
+        wanted = lcb.machine.bytes_wanted()
+        return lcb.last_frame if wanted == 1 and lcb.hold_until is not None else wanted
 
     def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
         lcb = self.lcbs[peer]
