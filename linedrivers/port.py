@@ -129,6 +129,7 @@ class SerialPort:
         self._loop_fd: int | None = None  # the descriptor the loop reads (only the loop changes it)
         self._detached = False  # close(), on the loop, took the port off it
         self._gathering: asyncio.TimerHandle | None = None  # gather(): when the loop reads again
+        self._poller: select.epoll | None = None  # holds the port's descriptor; the loop watches it
 
     @property
     def is_open(self) -> bool:
@@ -286,10 +287,15 @@ class SerialPort:
         return self._write_error or lost.reason or "closed"
 
     def _attach(self, fd: int, lost: "_Lost") -> None:
+        """The loop watches an epoll of the port's own: gather() pauses and resumes the port there,
+        one system call each, instead of taking it off the loop and putting it back (a fifth of a
+        receiving daemon's CPU, BENCHMARKS.md)."""
         if lost.is_set() or self._stop.is_set():
             return
         self._loop_fd = fd
-        self.loop.add_reader(fd, self._readable, fd, lost)
+        self._poller = select.epoll()
+        self._poller.register(fd, select.EPOLLIN)
+        self.loop.add_reader(self._poller.fileno(), self._readable, fd, lost)
 
     def gather(self, nbytes: int) -> None:
         """On the loop: let `nbytes` more arrive before on_data runs again, since the line's
@@ -302,21 +308,22 @@ class SerialPort:
         s = self.settings
         wait = min(nbytes * (1 + s["bytesize"] + (s["parity"] != "N") + s["stopbits"]) / s["baudrate"], GATHER_MAX)
         if wait >= GATHER_MIN:
-            self.loop.remove_reader(self._loop_fd)
+            self._poller.modify(self._loop_fd, 0)  # a hang-up or an error still wakes the loop
             self._gathering = self.loop.call_later(wait, self._gathered, self._loop_fd, self._lost)
 
     def _gathered(self, fd: int, lost: "_Lost") -> None:
         self._gathering = None
         if self._loop_fd == fd and not lost.is_set():
-            self.loop.add_reader(fd, self._readable, fd, lost)
+            self._poller.modify(fd, select.EPOLLIN)
 
     def _detach(self) -> None:
         if self._gathering is not None:
             self._gathering.cancel()
             self._gathering = None
         if self._loop_fd is not None:
-            self.loop.remove_reader(self._loop_fd)
-            self._loop_fd = None
+            self.loop.remove_reader(self._poller.fileno())
+            self._poller.close()
+            self._loop_fd = self._poller = None
 
     def _readable(self, fd: int, lost: "_Lost") -> None:
         """On the loop: what the port has, to on_data; an error or an empty read loses it."""

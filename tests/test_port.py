@@ -246,6 +246,31 @@ def test_with_a_loop_the_loop_reads_and_a_hangup_still_reopens(line):
 
 
 @pytest.mark.timeout(30)
+def test_a_hangup_while_the_port_gathers_is_seen_at_once(line):
+    """gather() pauses the port in the epoll of its own that the loop watches; a hang-up still
+    wakes the loop there, so the loss is reported long before the gather would have ended."""
+    import asyncio
+
+    from linedrivers.port import GATHER_MAX
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        states = asyncio.Queue()
+        a = SerialPort(line.end_a, baudrate=50, on_data=lambda data, now: None, loop=loop,
+                       on_state=lambda up, why: loop.call_soon_threadsafe(states.put_nowait, (up, why))).start()
+        assert await asyncio.wait_for(states.get(), 5) == (True, "open")
+        a.gather(10**6)  # at 50 baud: the loop would not read for GATHER_MAX
+        assert a._gathering is not None
+        t0 = time.monotonic()
+        line.hangup()
+        is_open, _ = await asyncio.wait_for(states.get(), 5)
+        assert not is_open and time.monotonic() - t0 < GATHER_MAX / 2  # about 1 ms; 50 ms when off the loop
+        a.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
 def test_gather_lets_bytes_collect_on_the_loop_and_loses_none(tmp_path):
     """gather(n) (loop mode): the loop reads again once n bytes have had time to come at the baud,
     so a frame arriving at 9600 baud is handed over in a few reads, not one a byte; a wait for
