@@ -193,8 +193,9 @@ def test_a_run_of_damaged_frames_is_one_trace_line(pair):
 
 
 def _streamed(tmp_path, monkeypatch, n: int, **keys):
-    """Hosts AA and BB on a 115,200-baud line, up and settled, and the `n` data frames AA then
-    sends BB, caught on the way (not delivered); BB has had its pass, so nothing waits there."""
+    """Hosts AA and BB on a 115,200-baud line, up and settled, the `n` data frames AA then sends
+    BB, caught on the way (not delivered), and one frame's time on the wire; BB has had its pass,
+    so nothing waits there."""
     net = SimNet(tmp_path, {"AA": [line("BB", baud=115200, **keys)], "BB": [line("AA", baud=115200, **keys)]})
     net.run(lambda: net["BB"].kernel.lines.lcbs["AA"].state is LineState.UP)
     net.run(duration=1.0)  # the routes exchanged
@@ -209,7 +210,7 @@ def _streamed(tmp_path, monkeypatch, n: int, **keys):
         net.now += 0.01
         net["AA"].run_pass()
     net["BB"].run_pass()
-    return net, frames()
+    return net, frames(), len(frames()[0]) * 10 / 115200
 
 
 def _stored(fx) -> int:
@@ -224,9 +225,8 @@ def test_a_streaming_peer_s_messages_share_one_pass_commit_and_acknowledgement(t
     """Frames back to back while the peer may send more: the messages wait for the frames behind
     them, up to the line's ack_hold after the first, and one pass stores them all and
     acknowledges them once (issue 15). A pass that comes meanwhile leaves them waiting."""
-    net, frames = _streamed(tmp_path, monkeypatch, 5)
+    net, frames, gap = _streamed(tmp_path, monkeypatch, 5)  # frames back to back: one a frame's time
     bb, start = net["BB"], net.now
-    gap = len(frames[0]) * 10 / 115200  # one frame's time on the wire: back to back
     at = [start + i * gap for i in range(5)]
     assert bb.kernel.line_data("AA", frames[0], at[0]) == 0.0  # the first: nothing came before it
     net.now = at[0]
@@ -251,8 +251,8 @@ def test_a_streaming_peer_s_messages_share_one_pass_commit_and_acknowledgement(t
 
 
 def test_messages_waiting_for_a_stream_that_stops_are_stored_at_the_end_of_the_wait(tmp_path, monkeypatch):
-    net, frames = _streamed(tmp_path, monkeypatch, 2)
-    bb, gap = net["BB"], len(frames[0]) * 10 / 115200
+    net, frames, gap = _streamed(tmp_path, monkeypatch, 2)
+    bb = net["BB"]
     bb.kernel.line_data("AA", frames[0], net.now)
     assert _stored(bb.run_pass()) == 1
     came = net.now + gap
@@ -267,8 +267,8 @@ def test_messages_waiting_for_a_stream_that_stops_are_stored_at_the_end_of_the_w
 def test_messages_waiting_for_the_stream_are_not_acknowledged_and_a_crash_loses_none(tmp_path, monkeypatch):
     """Durable before ACK holds while they wait: nothing acknowledges them, so after a kill -9
     the sender sends them again, and each is delivered once."""
-    net, frames = _streamed(tmp_path, monkeypatch, 3)
-    bb, gap = net["BB"], len(frames[0]) * 10 / 115200
+    net, frames, gap = _streamed(tmp_path, monkeypatch, 3)
+    bb = net["BB"]
     bb.kernel.line_data("AA", frames[0], net.now)
     assert _stored(bb.run_pass()) == 1
     for i, f in enumerate(frames[1:], 1):
@@ -287,8 +287,8 @@ def test_messages_waiting_for_the_stream_are_not_acknowledged_and_a_crash_loses_
 def test_no_wait_when_switched_off_or_for_a_message_that_comes_alone(tmp_path, monkeypatch, keys, gap_frames):
     """ack_hold = 0 stores every message at once, as before; so does a message that did not come
     right behind the last (light load: no latency is added)."""
-    net, frames = _streamed(tmp_path, monkeypatch, 3, **keys)
-    bb, gap = net["BB"], gap_frames * len(frames[0]) * 10 / 115200
+    net, frames, frame_time = _streamed(tmp_path, monkeypatch, 3, **keys)
+    bb, gap = net["BB"], gap_frames * frame_time
     for i, f in enumerate(frames):
         assert bb.kernel.line_data("AA", f, net.now) == 0.0
         assert _stored(bb.run_pass()) == 1

@@ -124,7 +124,16 @@ def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int, b
 
     def send(s) -> None:
         for i in range(0, count, batch):
-            s.send_many([("BBCR", b"c" * size)] * min(batch, count - i)) if batch > 1 else s.send("BBCR", b"c" * size)
+            if batch > 1:
+                s.send_many([("BBCR", b"c" * size)] * min(batch, count - i))
+            else:
+                s.send("BBCR", b"c" * size)
+
+    def recv(r, most: int) -> int:
+        """How many messages one request received."""
+        if batch > 1:
+            return len(r.recv_many(most, timeout=120))
+        return int(r.recv(timeout=120) is not None)
 
     daemons = {"AA": a, "BB": b}
     before = {h: (cpu_seconds(d.proc.pid), d.counters()) for h, d in daemons.items()}
@@ -133,7 +142,7 @@ def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int, b
         sender.start()
         got = 0
         while got < count:
-            n = len(r.recv_many(min(batch, count - got), timeout=120)) if batch > 1 else r.recv(timeout=120) is not None
+            n = recv(r, min(batch, count - got))
             if not n:
                 raise RuntimeError("a message did not arrive")
             got += n
