@@ -230,10 +230,13 @@ def test_loopback_traces_agree_with_its_verdict(spark, tmp_path):
     assert (m["accepted"], m["delivered"], m["pending"], m["unmatched"]) == (v["sent"], v["delivered"], 0, 0)
     # No daemon restarted, so the daemons' counters cover the run as the traces do; but the
     # verdict reads them while the lines still carry keep-alives, which may meet an error or
-    # two more before the daemons stop: the traces hold at least as many, and hardly more.
+    # two more before the daemons stop: the traces hold at least as many, and hardly more. A
+    # timeout then sends again every frame its lost acknowledgement covered, up to a window
+    # (a receiver acknowledges a stream of messages several at a time: Lines._ack_wait).
     traced = {k: sum(d[k] for d in summary["directions"]) for k in ("crc_failures", "retransmissions", "timeouts")}
     counted = {"crc_failures": v["crc_errors"], "retransmissions": v["retransmissions"], "timeouts": v["timeouts"]}
-    assert all(counted[k] <= traced[k] <= counted[k] + 2 for k in traced), (traced, counted)
+    more = {k: 2 + (8 * (traced["timeouts"] - counted["timeouts"]) if k == "retransmissions" else 0) for k in traced}
+    assert all(counted[k] <= traced[k] <= counted[k] + more[k] for k in traced), (traced, counted)
     assert traced["crc_failures"] > 0
 
 
