@@ -129,6 +129,7 @@ class SerialPort:
         self._loop_fd: int | None = None  # the descriptor the loop reads (only the loop changes it)
         self._detached = False  # close(), on the loop, took the port off it
         self._gathering: asyncio.TimerHandle | None = None  # gather(): when the loop reads again
+        self._paused = False  # gather(): the port's epoll waits for no input meanwhile
         self._poller: select.epoll | None = None  # holds the port's descriptor; the loop watches it
 
     @property
@@ -308,13 +309,22 @@ class SerialPort:
         s = self.settings
         wait = min(nbytes * (1 + s["bytesize"] + (s["parity"] != "N") + s["stopbits"]) / s["baudrate"], GATHER_MAX)
         if wait >= GATHER_MIN:
-            self._poller.modify(self._loop_fd, 0)  # a hang-up or an error still wakes the loop
+            if not self._paused:
+                self._poller.modify(self._loop_fd, 0)  # a hang-up or an error still wakes the loop
+                self._paused = True
             self._gathering = self.loop.call_later(wait, self._gathered, self._loop_fd, self._lost)
 
     def _gathered(self, fd: int, lost: "_Lost") -> None:
+        """The wait is over: read what came now, not in another turn of the loop, and watch the port
+        again only if on_data did not ask to gather more (a streaming peer's next frame): one turn
+        of the loop and no system call a frame instead of three."""
         self._gathering = None
-        if self._loop_fd == fd and not lost.is_set():
+        if self._loop_fd != fd or lost.is_set():
+            return
+        self._readable(fd, lost, polled=False)
+        if self._gathering is None and self._loop_fd == fd and not lost.is_set():
             self._poller.modify(fd, select.EPOLLIN)
+            self._paused = False
 
     def _detach(self) -> None:
         if self._gathering is not None:
@@ -324,9 +334,12 @@ class SerialPort:
             self.loop.remove_reader(self._poller.fileno())
             self._poller.close()
             self._loop_fd = self._poller = None
+            self._paused = False
 
-    def _readable(self, fd: int, lost: "_Lost") -> None:
-        """On the loop: what the port has, to on_data; an error or an empty read loses it."""
+    def _readable(self, fd: int, lost: "_Lost", polled: bool = True) -> None:
+        """On the loop: what the port has, to on_data; an error, or an empty read when the port was
+        `polled` readable, loses it (a serial port in raw mode reads nothing when nothing came: a
+        gather's read that finds nothing leaves a hang-up to the loop's next poll)."""
         try:
             data = os.read(fd, 4096)
         except (BlockingIOError, InterruptedError):
@@ -334,6 +347,8 @@ class SerialPort:
         except OSError as e:
             data, why = b"", f"read failed: {e}"
         else:
+            if not data and not polled:
+                return
             why = "device reports readiness to read but returned no data"
         if not data:
             self._detach()

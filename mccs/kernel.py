@@ -46,6 +46,9 @@ log = logging.getLogger("mccs.kernel")
 
 SEND_DONE_KEEP = 65536  # finished SEND request ids remembered for retries
 SEND_DONE_TRIM = 4096  # trimmed every this many SENDs
+#: Seconds the confirms a waiting RECV carries may wait to be committed with a pass that has
+#: something to do (see Kernel.request): its reply, which the process waits for, comes after.
+CONFIRM_WAIT = 1.0
 
 
 class Kernel:
@@ -136,13 +139,14 @@ class Kernel:
                 if prq.conn == conn:
                     prq.conn = None
 
-    def request(self, conn: int, rid: object, req: Request, now: float, prior=None) -> None:
+    def request(self, conn: int, rid: object, req: Request, now: float, prior=None) -> float:
         """A request from a connection; `prior` is the stored outcome of a SEND's request id, if
         the checkpoint has one (a retry after a restart): (MSG_ID, TO_ID), or for a send_many the
-        list of its entries'. Replies go out with the next pass."""
+        list of its entries'. Replies go out with the next pass; within how many seconds it should
+        run for this request: 0, or CONFIRM_WAIT for a RECV that waits (see _may_wait)."""
         session = self.sessions.by_conn.get(conn)
         if session is None:  # a connection of a core rebuilt after a failed pass: it is being closed
-            return
+            return 0.0
         self.counters["requests"] += 1
         try:
             if isinstance(req, NAMED) and session.name is None:
@@ -171,6 +175,22 @@ class Kernel:
                 self.queue.ops.append((conn, rid, req))
         except RequestError as e:
             self.refuse(conn, rid, e)
+        if isinstance(req, Recv) and self._may_wait(session, req):
+            return CONFIRM_WAIT if req.timeout is None else min(CONFIRM_WAIT, req.timeout)  # its timeout runs a pass
+        return 0.0
+
+    def _may_wait(self, session: Session, req: Recv) -> bool:
+        """A RECV that waits, with nothing here for it, needs no pass: what it changed (the deletes
+        of the confirms it carries) may be committed by the next pass that has something to do,
+        before its reply as ever. Not if a pass must act on what the confirms freed: room on
+        RECV_LIST for a line told busy or a waiting SEND, a quota's hold to lift, a receipt."""
+        lists = self.lists
+        box = lists.recv.boxes.get(session.name)
+        return (req.wait and not self._fx.replies and not self._taken and not session.copies
+                and (box is None or not (box.ready or box.replies))
+                and len(lists.recv) + len(req.confirm) < self.cfg.buffers and not self.disk_full
+                and not (lists.wait.remote_sends or lists.wait.local_sends or lists.wait.batches)
+                and not self.control.holding)
 
     def refuse(self, conn: int, rid: object, e: RequestError) -> None:
         self.counters["bad_requests" if e.code == "bad_request" else "refused"] += 1

@@ -11,10 +11,10 @@ that goes DOWN gives its blocks back (they never left SEND_LIST) and signs on ag
 back-off.
 
 Priorities: the Message-Sender serves the streams of higher priority first, and hands a line no
-more than it puts on the wire in the next LEAD seconds (by the line's baud) before a frame more
-(a BSC machine takes one image at a time: its room()): what waits stays on SEND_LIST, where a
-message of higher priority can still overtake it. A frame handed is never taken back, so an
-urgent message waits at most the frame on the wire and LEAD.
+more than it puts on the wire in the next few hundredths of a second (its lead, by the line's
+baud) before a frame more (a BSC machine takes one image at a time: its room()): what waits stays
+on SEND_LIST, where a message of higher priority can still overtake it. A frame handed is never
+taken back, so an urgent message waits at most the frame on the wire and the lead.
 """
 from __future__ import annotations
 
@@ -48,14 +48,20 @@ log = logging.getLogger("mccs.lines")
 BACKOFF_MIN = 0.5
 #: How often a line whose peer routed before, and now signs on without routing, signs on again.
 SIGN_ON_AGAIN = 3
-#: Seconds of bytes a line may have queued ahead of its wire; then the Message-Sender waits. Enough
-#: for the pass that hands the next frame to come before the wire falls idle (98% of 115200 baud
-#: either way), small beside a frame at 9600 baud (147 ms): `mccs bench network --parts urgent`.
+#: Seconds of bytes a line may have queued ahead of its wire (its lead) at least; then the
+#: Message-Sender waits. Small beside a frame at 9600 baud (147 ms): `mccs bench network --parts urgent`.
 LEAD = 0.04
+#: ... and at most, on a line whose frames are short: the lead is URGENT_WAIT less the last frame
+#: handed, so that a frame like it on the wire and the lead, what an urgent message may wait
+#: behind, stay within URGENT_WAIT.
+#: A longer lead hands more frames a pass: at 115200 baud (13 ms a 128-byte message) each of the
+#: Message-Sender's own passes hands about five frames instead of one or two, and a sending
+#: daemon's CPU a message halves (BENCHMARKS.md, issue 15).
+URGENT_WAIT = 0.1
 #: Seconds of bytes still ahead of the wire when the Message-Sender's own pass comes to hand
-#: more (up to LEAD again): the passes that come anyway (an acknowledgement, a SEND) hand what
-#: fits before then, and one pass and its commit serve more than one frame (issue 15).
-REFILL = LEAD / 2
+#: more (up to the lead again); enough for that pass and its commit to come before the wire
+#: falls idle. The passes that come anyway (an acknowledgement, a SEND) hand what fits before then.
+REFILL = 0.02
 #: Seconds a frame that is only to be traced may wait for the pass that writes its trace line.
 TRACE_DELAY = 0.05
 FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, stuffing aside)
@@ -120,6 +126,7 @@ class LineControlBlock:
     hold_until: float | None = None  # the messages in the backlog wait for more until then at the latest
     last_frame: int = 1  # bytes of the frame of the last message received, about
     wire_free: float = 0.0  # monotonic time the images handed so far are out on the wire, at the baud
+    frame_time: float = 0.0  # seconds the last frame handed takes on the wire, at the baud (none yet: 0)
     next_hand: float | None = None  # the Message-Sender waits for the wire: run a pass then
     counters: collections.Counter = field(default_factory=collections.Counter)
     retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
@@ -464,6 +471,7 @@ class Lines:
         if not lcb.active:  # every frame handed is acknowledged: its bytes are out (a line faster than its baud)
             lcb.wire_free = min(lcb.wire_free, self._now)
         room = lcb.machine.room()
+        lead = max(LEAD, URGENT_WAIT - lcb.frame_time)
         streams = [(p, d) for p, d in self.lists.send.priorities() if self.routes.next_hop(d) == lcb.peer
                    and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
         # a message this line carries in segments is finished here, even if its route moved meanwhile
@@ -478,7 +486,7 @@ class Lines:
                 for queue in list(turn):
                     if room <= 0:
                         return
-                    if lcb.wire_free - self._now > LEAD:  # enough ahead of the wire: the rest waits here
+                    if lcb.wire_free - self._now > lead:  # enough ahead of the wire: the rest waits here
                         lcb.next_hand = lcb.wire_free - REFILL
                         return
                     blk = next(queue, None)
@@ -537,7 +545,8 @@ class Lines:
         except ValueError as e:  # over the MAXMSG the peer signed on with: a config to fix
             return self._hold(lcb, blk, str(e))
         lcb.held = None
-        lcb.wire_free = max(lcb.wire_free, self._now) + (len(img) + FRAME_BYTES) * 10 / lcb.cfg.baud
+        lcb.frame_time = (len(img) + FRAME_BYTES) * 10 / lcb.cfg.baud
+        lcb.wire_free = max(lcb.wire_free, self._now) + lcb.frame_time
         blk.state = BlockState.IN_FLIGHT
         lcb.active.append((blk, end))
         if end is not None:

@@ -72,6 +72,34 @@ def test_recv_carries_the_previous_confirm(host):
         assert _status(d)["lists"]["recv"] == 0
 
 
+
+def test_a_recv_that_waits_leaves_its_confirms_to_the_next_pass_and_loses_none(host):
+    """A RECV that waits, carrying the confirm of the message before, runs no pass of its own: the
+    next message's pass commits the confirm (one pass a message, not two); every confirm is
+    committed by the end: after a restart nothing is handed again."""
+    d = host()
+    n, got = 12, []
+    with mccs.connect(d.config, "S") as s, mccs.connect(d.config, "R", carry_confirms=True) as r:
+        def take():
+            got.extend(r.recv(timeout=10).data for _ in range(n))
+        taker = threading.Thread(target=take)
+        taker.start()
+        time.sleep(0.2)
+        before = _status(d)["counters"]["passes"]
+        for k in range(n):
+            s.send("AAR", b"m%d" % k)
+            time.sleep(0.1)  # the RECV is back and waiting before the next message
+        taker.join(30)
+        passes = _status(d)["counters"]["passes"] - before - 1  # the status request's own turn
+        assert got == [b"m%d" % k for k in range(n)]
+        print(f"\nCARRIED CONFIRMS: {passes} passes for {n} messages sent and received one at a time")
+        assert passes <= 1.5 * n  # two a message if each waiting RECV ran a pass for its confirm
+    d.stop()  # SIGTERM; the last confirm went with close(): nothing left to hand
+    d.start()
+    with mccs.connect(d.config, "R") as r:
+        assert r.recv(wait=False) is None
+
+
 def test_other_requests_and_close_confirm_too(host):
     d = host()
     with mccs.connect(d.config, "S") as s:

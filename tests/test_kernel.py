@@ -424,6 +424,53 @@ def test_disk_full_refuses_new_messages_while_deliveries_go_on(pair):
     assert _data(r.recv()) == b"held"
 
 
+
+def test_a_recv_that_waits_with_the_confirms_it_carries_needs_no_pass_of_its_own(tmp_path):
+    """Kernel.request says within how long a pass must run for it: a RECV that will wait, with
+    nothing here for it, leaves the deletes of the confirms it carries to the next pass that has
+    something to do (CONFIRM_WAIT at most, its timeout if shorter); anything a pass must act on
+    at once (a message there for it, a wait=False, a buffer freed on a full RECV_LIST) runs one."""
+    import itertools
+
+    from mccs import requests
+    from mccs.kernel import CONFIRM_WAIT
+    net = SimNet(tmp_path, {"AA": [line("BB")]}, buffers=3)
+    host = net["AA"]
+    s, r = host.client("S"), host.client("R")
+    rids = itertools.count(100)
+
+    def recv(**keys) -> tuple[int, float]:
+        rid = next(rids)
+        return rid, host.kernel.request(r.conn, rid, requests.parse({"op": "recv", **keys}), net.now)
+
+    def deletes(fx) -> int:
+        return sum(c.sql.startswith(f"DELETE FROM {Table.RECV_LIST}") for c in fx.changes)
+
+    s.send("AAR", b"one")
+    rid, within = recv()
+    assert within == 0  # "one" is there for it
+    host.run_pass()
+    rid, within = recv(confirm=r.reply(rid)["msg"]["rid"])
+    assert within == CONFIRM_WAIT  # it waits: the delete needs no pass now
+    assert deletes(host.run_pass()) == 1 and r.reply(rid) is None  # the next pass commits it; the RECV waits
+    s.send("AAR", b"two")
+    rid, within = recv(confirm=r.reply(rid)["msg"]["rid"], timeout=0.25)
+    assert within == 0.25  # its timeout comes first
+    host.run_pass()
+    s.send("AAR", b"three")
+    s.send("AAR", b"four")
+    rid, within = recv(confirm=r.reply(rid)["msg"]["rid"])
+    assert within == 0  # "four" is there for it
+    host.run_pass()
+    handed = r.reply(rid)["msg"]["rid"]
+    rid, within = recv(wait=False)
+    assert within == 0 and host.run_pass() and r.reply(rid)["msg"] is None
+    s.send("AAQ", b"five")
+    s.send("AAQ", b"six")  # with "four" handed: RECV_LIST at its 3 buffers
+    rid, within = recv(confirm=handed)
+    assert within == 0  # the confirm frees a buffer of a full RECV_LIST: a pass at once
+    assert deletes(host.run_pass()) == 1
+
 # -- bounds and permissions -----------------------------------------------------------------------
 def test_a_pass_looks_only_at_the_processes_whose_mailbox_changed(alone, monkeypatch):
     host = alone["AA"]

@@ -316,3 +316,42 @@ def test_gather_lets_bytes_collect_on_the_loop_and_loses_none(tmp_path):
 
     with Line(str(tmp_path / "AA.BB"), str(tmp_path / "BB.AA"), baud=9600) as line:
         asyncio.run(main(line))
+
+
+@pytest.mark.timeout(30)
+def test_a_gather_that_ends_with_nothing_come_keeps_the_port_and_reads_on(line):
+    """When a gather's wait ends the port is read at once, on the loop's timer; a port in raw mode
+    then reads nothing if nothing came, which is no loss (a hang-up would wake the loop's poll).
+    While on_data gathers again from that read, the port stays paused: one turn of the loop a chunk."""
+    import asyncio
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        states, got, paused = asyncio.Queue(), bytearray(), []
+        a = None
+
+        def on_data(data, now):
+            got.extend(data)
+            paused.append(a._paused)  # the read came from the gather's timer, the port still paused
+            a.gather(10)
+
+        a = SerialPort(line.end_a, baudrate=9600, on_data=on_data, loop=loop,
+                       on_state=lambda up, why: loop.call_soon_threadsafe(states.put_nowait, (up, why))).start()
+        rb = Recorder()
+        with rb.port(line.end_b, baudrate=9600) as b:
+            assert await asyncio.wait_for(states.get(), 5) == (True, "open") and rb.wait_state()[0]
+            for _ in range(3):  # 10 bytes at 9600 baud: about 10 ms each, and nothing comes
+                a.gather(10)
+                await asyncio.sleep(0.05)
+            assert states.empty() and a.is_open and a.counters["losses"] == 0
+            payload = bytes(range(200))
+            b.write(payload)
+            for _ in range(300):
+                if len(got) >= len(payload):
+                    break
+                await asyncio.sleep(0.01)
+            assert bytes(got) == payload and states.empty()
+            assert len(paused) >= 3 and all(paused[1:]), paused  # after the first, each read a gathered one
+        a.close()
+
+    asyncio.run(main())

@@ -74,6 +74,36 @@ def test_an_urgent_message_overtakes_a_queue_on_a_paced_line_and_hops_and_all_ar
     assert net["CC"].kernel.counters["duplicates"] == 0
 
 
+
+@pytest.mark.parametrize("baud", [115200, 9600])
+def test_the_message_sender_keeps_a_short_lead_on_the_wire_and_more_frames_of_a_fast_line(tmp_path, baud):
+    """The bytes handed ahead of the wire stay within the lead (URGENT_WAIT less a frame, at least
+    LEAD) and a frame, what an urgent message may wait behind; on a fast line, where a frame is
+    short, the lead holds several frames, so that a pass of the Message-Sender hands several."""
+    from mccs.lines import LEAD, REFILL, URGENT_WAIT
+    net = SimNet(tmp_path, {"AA": [line("BB", baud=baud)], "BB": [line("AA", baud=baud)]})
+    _paced(net, "AA", "BB", baud)
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state.name == "UP", duration=30)
+    p, lcb = net.client("AA", "P"), net["AA"].kernel.lines["BB"]
+    for i in range(60):
+        p.request({"op": "send", "to": "BBR", "data": base64.b64encode(bytes(100)).decode(), "user_id": i + 1})
+    ahead = []
+    while len(net["BB"].kernel.lists.recv) < 60 and net.now < 60:
+        net.step()
+        ahead.append(lcb.wire_free - net.now)
+        if lcb.next_hand is not None:  # the Message-Sender's own pass, while the wire still has REFILL
+            assert lcb.next_hand == pytest.approx(lcb.wire_free - REFILL)
+    frame = lcb.frame_time  # one frame of 100 bytes and its envelope, at the baud
+    lead = max(LEAD, URGENT_WAIT - frame)
+    print(f"\n{baud} baud: frame {frame * 1000:.1f} ms, lead {lead * 1000:.0f} ms, "
+          f"most ahead of the wire {max(ahead) * 1000:.0f} ms")
+    assert len(net["BB"].kernel.lists.recv) == 60
+    assert max(ahead[1:]) <= lead + frame + 1e-9  # after the first pass, which knew no frame's length yet
+    if baud == 115200:
+        assert lead == pytest.approx(URGENT_WAIT - frame) and max(ahead) > 5 * frame  # several frames
+    else:
+        assert lead == LEAD and max(ahead) <= 2 * frame  # the frame on the wire and one more at most
+
 def test_priority_and_per_priority_order_numbers_survive_a_restart(tmp_path):
     net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
     p = net.client("AA", "P")
