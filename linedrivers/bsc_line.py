@@ -42,6 +42,11 @@ UNSEALED = (*ID_KINDS, "FEAT")
 #: least two): each segment costs a commit before its last answer (2.5 to 7 ms here), and a
 #: receiver killed in a segment loses what it had of it, so both are fixed in line time.
 SEGMENT_SECONDS = 5.0
+#: Seconds of a block's last bytes not waited for by a gather (bytes_wanted): they come at once,
+#: while a gather that ends late (the loop's timers fire up to a ms late; a virtual or USB port
+#: hands bytes over in ticks) delays the answer, which a stop-and-wait line waits for: 54 against
+#: 56 blocks a second at 115200 baud (BENCHMARKS.md, issue 15).
+READ_EARLY = 0.002
 
 #: Beyond the common ones: bids, collisions (ENQ met ENQ), enqs (asking for a reply again),
 #: wacks / rvis / ttds (sent), bad_sequences, oversized (blocks), bad_messages (wrong LENGTH),
@@ -151,8 +156,11 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         self._kick(now)
 
     def bytes_wanted(self) -> int:
-        """1: a block's length is known only at its end (ETB or ETX)."""
-        return 1
+        """A guess, since a block's length is known only at its end (ETB or ETX): inside a block, as
+        many bytes as make it as long as the last one (BscReader.wanted), less READ_EARLY's worth.
+        The shell lets them gather and hands them over in one read instead of one every few bytes;
+        a shorter block is read that much later, at most the port's GATHER_MAX."""
+        return max(1, self._reader.wanted() - int(self.baud / 10 * READ_EARLY))
 
     def unconfirmed_room(self) -> int:
         """0: the peer sends nothing more before the answer to its block."""

@@ -41,6 +41,7 @@ class BscReader:
         self._buf = bytearray()
         self._text: bytearray | None = None  # inside a transparent block: its text so far
         self._nbytes = 0                      # wire bytes of that block so far
+        self._last_block = 0                  # wire bytes of the last block that ended
         self._synsyn = bytes([cs.syn, cs.syn])
         self._not_syn = re.compile(b"[^%s]" % re.escape(bytes([cs.syn])))
         self._dle = bytes([cs.dle])
@@ -53,6 +54,12 @@ class BscReader:
     def mid_frame(self) -> bool:
         """Part of a sequence or block is held, waiting for the rest."""
         return self._text is not None or bool(self._buf)
+
+    def wanted(self) -> int:
+        """Bytes before the sequence being read may end, at a guess: inside a block, as many as make
+        it as long as the last block (its length shows only at its end, and a sender's blocks are
+        mostly alike); else 1."""
+        return max(1, self._last_block - self._nbytes) if self._text is not None else 1
 
     def feed(self, data: bytes) -> list[Seq]:
         """Take received bytes; return the sequences they complete, oldest first."""
@@ -222,4 +229,5 @@ class BscReader:
             start = k - self._nbytes
             self._text = None
             cut = len(text) - self.trailer if self.trailer and len(text) >= self.trailer else len(text)
+            self._last_block = k + 4 - start
             return self._emit(out, ending[0], start, k + 4, ok, bytes(text[:cut]), bytes(text[cut:]))

@@ -136,6 +136,37 @@ def test_block_with_dle_etx_syn_in_text_and_its_replies(code):
     assert m.data_to_send() == wire(code, t["NAK"])
 
 
+
+@pytest.mark.parametrize("code", CODES)
+def test_bytes_wanted_guesses_a_block_as_long_as_the_last_less_the_read_early_bytes(code):
+    """A block's length shows only at its end: inside one, bytes_wanted() takes it to be as long
+    as the last (so the daemon's port reads it at once, not every few bytes), less READ_EARLY's
+    worth of bytes (they come at once; a late read would delay the ACK); elsewhere 1."""
+    from linedrivers.bsc_line import READ_EARLY
+    t = TABLE[code]
+    m = signed_on_receiver(code)
+    m.baud = 9600
+    early = int(9600 / 10 * READ_EARLY)
+    assert m.bytes_wanted() == 1
+    m.receive_data(wire(code, t["ENQ"]), 1.0)
+    first = block(code, IMAGE, "ETX")
+    m.receive_data(first[:10], 1.1)
+    assert m.bytes_wanted() == 1  # no block seen yet: nothing to go by
+    m.receive_data(first[10:], 1.2)
+    assert m.bytes_wanted() == 1  # between blocks
+    m.events()
+    m.confirm()
+    m.data_to_send()
+    m.receive_data(wire(code, t["ENQ"]), 1.3)
+    m.data_to_send()
+    nxt = block(code, IMAGE[:-1] + b"Q", "ETX")
+    m.receive_data(nxt[:12], 1.4)
+    assert m.bytes_wanted() == len(first) - 1 - 12 - early  # the last block, without its pad
+    m.receive_data(nxt[12:], 1.5)
+    assert [e.image[-1:] for e in m.events() if isinstance(e, MessageReceived)] == [b"Q"]
+    assert m.bytes_wanted() == 1
+
+
 @pytest.mark.parametrize("code", CODES)
 def test_wack_when_busy(code):
     t = TABLE[code]
