@@ -438,7 +438,11 @@ class Lines:
             if lcb.state is LineState.UP:
                 if lcb.routed and self.routes.learn:
                     self._advertise(lcb)
+                active = len(lcb.active)
                 self._send_some(lcb, fx, wall)
+                deadline = lcb.machine.next_deadline()
+                if len(lcb.active) > active and deadline is not None and deadline <= self._now:
+                    lcb.machine.handle_timeout(self._now)  # an image for a BSC line held for it goes now, not a pass later
             fx.write(lcb.peer, lcb.machine.data_to_send())
             for ev in lcb.machine.events():  # the frames just built are traced in this pass
                 if isinstance(ev, FrameTraced):

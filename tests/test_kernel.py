@@ -295,6 +295,26 @@ def test_no_wait_when_switched_off_or_for_a_message_that_comes_alone(tmp_path, m
         net.now += gap
 
 
+
+def test_a_bsc_sender_writes_the_next_block_in_the_pass_that_takes_the_ack(tmp_path):
+    """BSC holds the line for more after an ACK; the Message-Sender hands the next image in the
+    pass the ACK makes, and the machine sends it in that pass too (written after its commit),
+    not in a pass of its own a loop turn later."""
+    net = SimNet(tmp_path, {"AA": [line("BB", protocol="bsc")], "BB": [line("AA", protocol="bsc", role="secondary")]})
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state.name == "UP", duration=30)
+    p = net.client("AA", "P")
+    for i in range(5):
+        p.request({"op": "send", "to": "BBR", "data": "eA==", "user_id": i + 1})
+    start = len(net["AA"].passes)
+    assert net.run(lambda: len(net["BB"].kernel.lists.recv) == 5, duration=30)
+    passes = net["AA"].passes[start:]
+    acked = [fx for fx in passes if any(t.type == "msg" and t.kind == "acked" for t in fx.traces)]
+    blocks = [t for fx in passes for t in fx.traces if t.type == "frame" and t.kind == "ETX"]
+    assert len(acked) >= 4 and len(blocks) >= 5  # and a routing update, maybe
+    for fx in acked[:4]:  # each ACK's pass writes the next block
+        assert any(t.type == "frame" and t.kind == "ETX" for t in fx.traces) and fx.writes
+
+
 def test_back_pressure_waits_for_a_buffer_and_keeps_the_wait_durable(tmp_path):
     net = SimNet(tmp_path, {"AA": []}, buffers=2)
     host = net["AA"]
