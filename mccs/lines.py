@@ -447,8 +447,9 @@ class Lines:
             for ev in lcb.machine.events():  # the frames just built are traced in this pass
                 if isinstance(ev, FrameTraced):
                     self._trace_frame(lcb, ev, fx)
-                else:
+                else:  # (a timer the machine acted on above): the next pass, at once, takes it
                     lcb.backlog.append((ev, self._now))
+                    fx.wake_at(self._now)
         for route in self.routes.take_changes():
             fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
                      distance=route.dist if route.dist < INFINITY else None)

@@ -315,6 +315,34 @@ def test_a_bsc_sender_writes_the_next_block_in_the_pass_that_takes_the_ack(tmp_p
         assert any(t.type == "frame" and t.kind == "ETX" for t in fx.traces) and fx.writes
 
 
+def test_an_event_a_machine_makes_at_the_end_of_a_pass_gets_the_next_pass_at_once(tmp_path, monkeypatch):
+    """What the machine does on its deadline at the end of a pass (above) may be more than a frame
+    (a timer's retry, a line given up): that event waits for the next pass, which is due at once."""
+    from linedrivers import LineEvent
+    net = SimNet(tmp_path, {"AA": [line("BB", protocol="bsc")], "BB": [line("AA", protocol="bsc", role="secondary")]})
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state.name == "UP", duration=30)
+    lines, machine = net["AA"].kernel.lines, net["AA"].kernel.lines["BB"].machine
+    sending, acted = [], []
+
+    def send(fx, busy, wall, real=lines.send):
+        sending.append(fx)
+        real(fx, busy, wall)
+        sending.pop()
+
+    def handle_timeout(now, real=machine.handle_timeout):
+        real(now)
+        if sending:  # at the end of a pass, in Lines.send
+            machine._events.append(LineEvent("timeout", "a test's"))
+            acted.append((sending[-1], now))
+    monkeypatch.setattr(lines, "send", send)
+    monkeypatch.setattr(machine, "handle_timeout", handle_timeout)
+    p = net.client("AA", "P")
+    for i in range(3):
+        p.request({"op": "send", "to": "BBR", "data": "eA==", "user_id": i + 1})
+    assert net.run(lambda: len(net["BB"].kernel.lists.recv) == 3, duration=30)
+    assert acted and all(fx.deadline is not None and fx.deadline <= now for fx, now in acted)
+
+
 def test_back_pressure_waits_for_a_buffer_and_keeps_the_wait_durable(tmp_path):
     net = SimNet(tmp_path, {"AA": []}, buffers=2)
     host = net["AA"]
