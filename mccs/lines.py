@@ -126,7 +126,7 @@ class LineControlBlock:
     hold_until: float | None = None  # the messages in the backlog wait for more until then at the latest
     last_frame: int = 1  # bytes of the frame of the last message received, about
     wire_free: float = 0.0  # monotonic time the images handed so far are out on the wire, at the baud
-    frame_time: float = 0.0  # seconds the last frame handed takes on the wire, at the baud (none yet: 0)
+    frame_time: float = 0.0  # seconds the last frame handed takes on the wire, at the baud (0: none yet)
     next_hand: float | None = None  # the Message-Sender waits for the wire: run a pass then
     counters: collections.Counter = field(default_factory=collections.Counter)
     retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
@@ -476,7 +476,7 @@ class Lines:
         if not lcb.active:  # every frame handed is acknowledged: its bytes are out (a line faster than its baud)
             lcb.wire_free = min(lcb.wire_free, self._now)
         room = lcb.machine.room()
-        lead = max(LEAD, URGENT_WAIT - lcb.frame_time)
+        lead = max(LEAD, URGENT_WAIT - lcb.frame_time) if lcb.frame_time else LEAD  # LEAD till a frame shows its length
         streams = [(p, d) for p, d in self.lists.send.priorities() if self.routes.next_hop(d) == lcb.peer
                    and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
         # a message this line carries in segments is finished here, even if its route moved meanwhile
