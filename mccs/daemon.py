@@ -174,7 +174,7 @@ class Daemon:
         self.wake()
 
     def request(self, conn: server.Connection, obj: dict) -> None:
-        rid = obj.get("id")
+        rid, within = obj.get("id"), 0.0
         try:
             if not isinstance(rid, requests.ID_TYPES):  # its reply echoes it, in either codec
                 rid = None
@@ -195,19 +195,16 @@ class Daemon:
                 conn.answer({"id": rid, "ok": True, "codec": req.name})
                 conn.use(req.name)
                 return
-            now = time.monotonic()
             try:
-                within = self.kernel.request(conn.id, rid, req, now, self._prior(req))
+                within = self.kernel.request(conn.id, rid, req, time.monotonic(), self._prior(req))
             except Exception as e:  # a bug: the core may be half changed, so it is rebuilt from the checkpoint
                 log.exception("%s: a request failed", self.host)
                 self._recover(f"a request failed: {e!r}", disk_full=False)
                 return
-            if within and not self._pass_pending:  # a RECV that waits: the next pass will do
-                self._answered.discard(conn.id)
-                self._wake_at(now + within)
-                return
         self._answered.discard(conn.id)
-        if self._answered:
+        if within and not self._pass_pending:  # a RECV that waits: the next pass will do
+            self._wake_at(time.monotonic() + within)
+        elif self._answered:
             self._gather()
         else:
             self.wake()

@@ -291,10 +291,7 @@ class Lines:
         for lcb in self.lcbs.values():
             if lcb.signon_at is not None and now >= lcb.signon_at:
                 self._sign_on(lcb, now)
-            deadline = lcb.machine.next_deadline()
-            if deadline is not None and now >= deadline:
-                lcb.machine.handle_timeout(now)
-            elif lcb.hold_until is not None and now < lcb.hold_until:
+            if not self._on_deadline(lcb, now) and lcb.hold_until is not None and now < lcb.hold_until:
                 continue  # the messages received wait for the next frame (_ack_wait)
             lcb.hold_until = None
             events, lcb.backlog = lcb.backlog + [(ev, now) for ev in lcb.machine.events()], []
@@ -304,6 +301,15 @@ class Lines:
                 else:
                     self._event(lcb, ev, fx, now, wall)
             lcb.retransmissions.sample(now, lcb.machine.counters.get("retransmissions", 0))
+
+    @staticmethod
+    def _on_deadline(lcb: LineControlBlock, now: float) -> bool:
+        """Let the machine act on its deadline if that has come; whether it had."""
+        deadline = lcb.machine.next_deadline()
+        if deadline is None or now < deadline:
+            return False
+        lcb.machine.handle_timeout(now)
+        return True
 
     def _sign_on(self, lcb: LineControlBlock, now: float) -> None:
         lcb.signon_at = None
@@ -440,9 +446,8 @@ class Lines:
                     self._advertise(lcb)
                 active = len(lcb.active)
                 self._send_some(lcb, fx, wall)
-                deadline = lcb.machine.next_deadline()
-                if len(lcb.active) > active and deadline is not None and deadline <= self._now:
-                    lcb.machine.handle_timeout(self._now)  # an image for a BSC line held for it goes now, not a pass later
+                if len(lcb.active) > active:  # an image for a BSC line held for it goes now, not a pass later
+                    self._on_deadline(lcb, self._now)
             fx.write(lcb.peer, lcb.machine.data_to_send())
             for ev in lcb.machine.events():  # the frames just built are traced in this pass
                 if isinstance(ev, FrameTraced):
