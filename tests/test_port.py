@@ -245,6 +245,17 @@ def test_with_a_loop_the_loop_reads_and_a_hangup_still_reopens(line):
     asyncio.run(main())
 
 
+async def _on_the_loop(port: SerialPort) -> None:
+    """Until the loop reads the port: "open" is told from the reader thread before it asks the
+    loop to take the port, and gather() does nothing before that."""
+    import asyncio
+    for _ in range(500):
+        if port._loop_fd is not None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the loop never took the port")
+
+
 @pytest.mark.timeout(30)
 def test_a_hangup_while_the_port_gathers_is_seen_at_once(line):
     """gather() pauses the port in the epoll of its own that the loop watches; a hang-up still
@@ -259,6 +270,7 @@ def test_a_hangup_while_the_port_gathers_is_seen_at_once(line):
         a = SerialPort(line.end_a, baudrate=50, on_data=lambda data, now: None, loop=loop,
                        on_state=lambda up, why: loop.call_soon_threadsafe(states.put_nowait, (up, why))).start()
         assert await asyncio.wait_for(states.get(), 5) == (True, "open")
+        await _on_the_loop(a)
         a.gather(10**6)  # at 50 baud: the loop would not read for GATHER_MAX
         assert a._gathering is not None
         t0 = time.monotonic()
@@ -340,6 +352,7 @@ def test_a_gather_that_ends_with_nothing_come_keeps_the_port_and_reads_on(line):
         rb = Recorder()
         with rb.port(line.end_b, baudrate=9600) as b:
             assert await asyncio.wait_for(states.get(), 5) == (True, "open") and rb.wait_state()[0]
+            await _on_the_loop(a)
             for _ in range(3):  # 10 bytes at 9600 baud: about 10 ms each, and nothing comes
                 a.gather(10)
                 await asyncio.sleep(0.05)
