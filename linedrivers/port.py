@@ -28,7 +28,7 @@ READ_TIMEOUT = 0.1  # the reader's longest sleep when cancel_read is not availab
 STABLE = 1.0  # a port open this long resets the back-off
 DETACH_WAIT = 2.0  # the longest a lost port waits for the loop to stop reading it
 GATHER_MIN = 0.002  # gather(): a shorter wait is not worth taking the port off the loop
-GATHER_MAX = 0.05  # gather(): the longest the loop leaves arriving bytes in the kernel's buffer
+GATHER_MAX = 0.1  # gather(): the longest the loop leaves arriving bytes in the kernel's buffer (a hold's batch)
 
 
 def open_port(url: str, settings: dict, exclusive: bool = True) -> serial.SerialBase:

@@ -62,6 +62,10 @@ class LineConfig:
     secret_file: str = ""  # a shared secret: sign-on by challenge-response, every frame authenticated
     secret: bytes | None = _internal()
 
+    def char_time(self) -> float:
+        """Seconds a byte takes on the wire: start bit, data bits, parity, stop bits."""
+        return (1 + self.bytesize + (self.parity != "N") + self.stopbits) / self.baud
+
     def port_settings(self) -> dict:
         """The serial port's settings, as pyserial names them."""
         return dict(baudrate=self.baud, bytesize=self.bytesize, parity=self.parity, stopbits=self.stopbits,

@@ -148,7 +148,7 @@ class Daemon:
         within = self.kernel.line_data(peer, data, now)
         port = self.ports[peer]
         port.write(self.kernel.line_answers(peer))
-        port.gather(self.kernel.line_wanted(peer))
+        port.gather(self.kernel.line_wanted(peer, now))
         if within == 0:
             self.wake()
         elif within is not None:

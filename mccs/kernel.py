@@ -205,9 +205,9 @@ class Kernel:
         """What the line's machine answered to those bytes, for the shell to write now (see Lines.answers)."""
         return self.lines.answers(peer)
 
-    def line_wanted(self, peer: str) -> int:
+    def line_wanted(self, peer: str, now: float) -> int:
         """Bytes the line needs before anything can happen on it (see Lines.wanted)."""
-        return self.lines.wanted(peer)
+        return self.lines.wanted(peer, now)
 
     def program_exited(self, pid: str, code: int, now: float) -> None:
         """A program the shell started for process `pid` (Effects.starts) has ended."""

@@ -64,6 +64,10 @@ URGENT_WAIT = 0.1
 REFILL = 0.02
 #: Seconds a frame that is only to be traced may wait for the pass that writes its trace line.
 TRACE_DELAY = 0.05
+#: The frames behind held messages are read this long before the hold ends, for its pass.
+READ_EARLY = 0.002
+#: The longest a frame guessed to be as long as the last is waited for (wanted): a shorter one is read no later.
+GUESS_WAIT = 0.05
 FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, stuffing aside)
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
@@ -244,11 +248,10 @@ class Lines:
         if not arrived:  # bytes of the next frame, or a frame only to trace: a wait goes on
             return 0.0 if lcb.hold_until is None else max(0.0, lcb.hold_until - now)
         lcb.last_frame = len(arrived[-1].image) + FRAME_BYTES
-        frame = 1.25 * lcb.last_frame * 10 / lcb.cfg.baud
-        streaming = lcb.last_arrival is not None and now - lcb.last_arrival <= frame
+        streaming = _streaming(lcb, now)
         lcb.last_arrival = now
         until = now + lcb.cfg.ack_hold if lcb.hold_until is None else lcb.hold_until
-        lcb.hold_until = until if streaming and now + frame <= until else None
+        lcb.hold_until = until if streaming and now + _frame_time(lcb) <= until else None
         return 0.0 if lcb.hold_until is None else until - now
 
     def answers(self, peer: str) -> bytes:
@@ -258,14 +261,30 @@ class Lines:
         message waits for confirm(), which only a pass makes, after its commit."""
         return self.lcbs[peer].machine.data_to_send()
 
-    def wanted(self, peer: str) -> int:
+    def wanted(self, peer: str, now: float) -> int:
         """Bytes the line's machine needs before its next event can come (a frame whose length its
         header told): the shell may let them gather instead of feeding every few. While received
-        messages wait for a streaming peer's next frame (_ack_wait), that frame is taken to be as
-        long as the last: one read a frame instead of two, and a shorter one waits at most that long."""
+        messages wait for a streaming peer's frames (_ack_wait), and when the next frame of a
+        stream is on its way (it will wait too), nothing is done with those frames before the wait
+        ends, so they gather until just before it (READ_EARLY), as many as the peer's window lets
+        come before a wait must end, and are read at once: a thread that wakes costs a daemon far
+        more than the frame it reads (BENCHMARKS.md). Not while frames of ours wait for the
+        acknowledgements theirs carry: then the next frame is taken to be as long as the last."""
         lcb = self.lcbs[peer]
-        wanted = lcb.machine.bytes_wanted()
-        return lcb.last_frame if wanted == 1 and lcb.hold_until is not None else wanted
+        wanted, char = lcb.machine.bytes_wanted(), lcb.cfg.char_time()
+        guess = min(lcb.last_frame, int(GUESS_WAIT / char))  # the next frame, as long as the last
+        room = lcb.machine.unconfirmed_room()  # frames the peer may send: a wait ends before they run out
+        if lcb.hold_until is not None:
+            until = lcb.hold_until
+        elif wanted > 1 and _streaming(lcb, now):  # the next frame of a stream is coming: it will wait too
+            until = now + wanted * char + lcb.cfg.ack_hold
+            room += sum(isinstance(ev, MessageReceived) for ev, _ in lcb.backlog)  # confirmed by the pass now due
+        else:
+            return wanted
+        if lcb.active:
+            return guess if wanted == 1 else wanted
+        gather = min(int((until - READ_EARLY - now) / char), max(1, room - 1) * lcb.last_frame)
+        return max(wanted, guess, gather)
 
     def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
         lcb = self.lcbs[peer]
@@ -607,3 +626,13 @@ class Lines:
         times = [t for lcb in self.lcbs.values()
                  for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until) if t is not None]
         return min(times, default=None)
+
+
+def _frame_time(lcb: LineControlBlock) -> float:
+    """A little more than the last message frame's time on the wire."""
+    return 1.25 * lcb.last_frame * lcb.cfg.char_time()
+
+
+def _streaming(lcb: LineControlBlock, now: float) -> bool:
+    """Did the last message come about one frame time ago or less: is the peer sending back to back?"""
+    return lcb.last_arrival is not None and now - lcb.last_arrival <= _frame_time(lcb)

@@ -9,7 +9,7 @@ from checkpoint.changes import Table
 from mccs import msgids
 from mccs.config import ProcessConfig
 from mccs.lists import BlockState, Mailbox
-from mccs.lines import LineState
+from mccs.lines import READ_EARLY, LineState
 from mccs.msgids import DUP_WINDOW, KeyWindow, MsgIds
 from mccs.sessions import Creds
 from tools.hostsim import SimNet, line
@@ -234,8 +234,9 @@ def test_a_streaming_peer_s_messages_share_one_pass_commit_and_acknowledgement(t
     waits = [bb.kernel.line_data("AA", f, t) for f, t in zip(frames[1:4], at[1:4])]
     assert waits[0] == pytest.approx(0.05) and all(w > 0 for w in waits)  # wait for the next
     assert at[1] + waits[0] == pytest.approx(at[3] + waits[2])  # until one time, counted from the first
-    # the port may gather the next frame whole: it is taken to be as long as the last
-    assert len(frames[3]) <= bb.kernel.line_wanted("AA") <= len(frames[3]) + 8  # about: FRAME_BYTES
+    # the frames behind gather until just before the wait ends, and are read then, for its pass
+    wanted = bb.kernel.line_wanted("AA", at[3])
+    assert at[3] + wanted * 10 / 115200 == pytest.approx(at[1] + 0.05 - READ_EARLY, abs=10 / 115200)
     net.now = at[3]
     between = bb.run_pass()  # a pass that comes anyway (a process's request, say)
     assert _stored(between) == 0 and _acks(between) == 0
@@ -245,9 +246,50 @@ def test_a_streaming_peer_s_messages_share_one_pass_commit_and_acknowledgement(t
     net.now = at[4]
     fx = bb.run_pass()
     assert _stored(fx) == 4 and _acks(fx) == 1
-    assert bb.kernel.line_wanted("AA") == 1  # nothing waits: the next byte is read as it comes
+    assert bb.kernel.line_wanted("AA", at[4]) == 1  # nothing waits: the next byte is read as it comes
     r = bb.client("R")
     assert [_data(r.recv())[0] for _ in range(5)] == [0, 1, 2, 3, 4]
+
+
+def test_the_next_frame_of_a_stream_gathers_with_the_frames_behind_it(tmp_path, monkeypatch):
+    """A wait that ends while the peer's next frame is on its way: that frame will wait too, so
+    the port lets it and the frames behind it gather for ack_hold, and one read takes them."""
+    net, frames, gap = _streamed(tmp_path, monkeypatch, 4)
+    bb = net["BB"]
+    bb.kernel.line_data("AA", frames[0], net.now)
+    bb.run_pass()
+    first = net.now + gap
+    assert bb.kernel.line_data("AA", frames[1], first) == pytest.approx(0.05)
+    end = first + 0.049  # the third ends the wait (no frame could come after it in time): a pass now
+    assert bb.kernel.line_data("AA", frames[2] + frames[3][:40], end) == 0.0
+    rest = len(frames[3]) - 40
+    assert bb.kernel.line_wanted("AA", end) == pytest.approx(rest + (0.05 - READ_EARLY) * 11520, abs=2)
+    assert bb.kernel.line_wanted("AA", end + 5 * gap) == rest  # the stream is over: the frame, and no more
+
+
+def test_a_gather_lets_no_more_frames_come_than_the_window_has_room_for(tmp_path, monkeypatch):
+    """The wait must end when the peer's window is nearly full (_ack_wait): the port reads by then."""
+    net, frames, gap = _streamed(tmp_path, monkeypatch, 3, window=3)
+    bb = net["BB"]
+    bb.kernel.line_data("AA", frames[0], net.now)
+    bb.run_pass()
+    assert bb.kernel.line_data("AA", frames[1], net.now + gap) > 0  # held: room for two more
+    assert len(frames[2]) <= bb.kernel.line_wanted("AA", net.now + gap) <= len(frames[2]) + 8  # one: FRAME_BYTES
+
+
+def test_frames_behind_held_messages_are_read_one_at_a_time_while_frames_of_ours_wait_for_acks(
+        tmp_path, monkeypatch):
+    """The acknowledgements of our own frames ride on the peer's: while some wait, a frame is read
+    as it comes (taken to be as long as the last), not left to gather until the hold ends."""
+    net, frames, gap = _streamed(tmp_path, monkeypatch, 3)
+    bb = net["BB"]
+    bb.client("Q").send("AAS", b"ours")
+    bb.run_pass()
+    assert bb.kernel.lines.lcbs["AA"].active  # handed, not acknowledged (AA's frames are caught)
+    bb.kernel.line_data("AA", frames[0], net.now)
+    bb.run_pass()
+    assert bb.kernel.line_data("AA", frames[1], net.now + gap) > 0  # held for the next
+    assert len(frames[1]) <= bb.kernel.line_wanted("AA", net.now + gap) <= len(frames[1]) + 8  # about: FRAME_BYTES
 
 
 def test_messages_waiting_for_a_stream_that_stops_are_stored_at_the_end_of_the_wait(tmp_path, monkeypatch):
