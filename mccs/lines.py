@@ -276,7 +276,8 @@ class Lines:
         room = lcb.machine.unconfirmed_room()  # frames the peer may send: a wait ends before they run out
         if lcb.hold_until is not None:
             until = lcb.hold_until
-        elif wanted > 1 and _streaming(lcb, now):  # the next frame of a stream is coming: it will wait too
+        elif wanted > 1 and _streaming(lcb, now) and _frame_time(lcb) <= lcb.cfg.ack_hold:
+            # the next frame of a stream is coming, and frames are short enough to be held: it will wait too
             until = now + wanted * char + lcb.cfg.ack_hold
             room += sum(isinstance(ev, MessageReceived) for ev, _ in lcb.backlog)  # confirmed by the pass now due
         else:

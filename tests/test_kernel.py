@@ -265,6 +265,8 @@ def test_the_next_frame_of_a_stream_gathers_with_the_frames_behind_it(tmp_path, 
     rest = len(frames[3]) - 40
     assert bb.kernel.line_wanted("AA", end) == pytest.approx(rest + (0.05 - READ_EARLY) * 11520, abs=2)
     assert bb.kernel.line_wanted("AA", end + 5 * gap) == rest  # the stream is over: the frame, and no more
+    bb.kernel.lines.lcbs["AA"].cfg.ack_hold = gap  # frames too long to be held (a slow line): not held
+    assert bb.kernel.line_wanted("AA", end) == rest
 
 
 def test_a_gather_lets_no_more_frames_come_than_the_window_has_room_for(tmp_path, monkeypatch):
