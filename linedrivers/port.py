@@ -29,6 +29,7 @@ STABLE = 1.0  # a port open this long resets the back-off
 DETACH_WAIT = 2.0  # the longest a lost port waits for the loop to stop reading it
 GATHER_MIN = 0.002  # gather(): a shorter wait is not worth taking the port off the loop
 GATHER_MAX = 0.1  # gather(): the longest the loop leaves arriving bytes in the kernel's buffer (a hold's batch)
+READ_SIZE = 4096  # the most a read takes (as much as a tty's line discipline holds)
 
 
 def open_port(url: str, settings: dict, exclusive: bool = True) -> serial.SerialBase:
@@ -83,7 +84,7 @@ def _read_some(port: serial.SerialBase) -> bytes:
     if not ready:
         return b""
     try:
-        data = os.read(fd, 4096)
+        data = os.read(fd, READ_SIZE)
     except (BlockingIOError, InterruptedError):
         return b""
     if not data:  # readable but empty, as pyserial reports it: the device is gone
@@ -303,10 +304,12 @@ class SerialPort:
         machine knows nothing can happen before them (a frame whose header told its length) and a
         port hands a frame over every few bytes otherwise. Only in loop mode; nothing is lost by it:
         the loop reads again once that many bytes have had time to come at the baud (at most
-        GATHER_MAX later), and takes what is there."""
+        GATHER_MAX later, and never more than half a read's worth: the bytes of one wait fit one
+        read, and what comes during it the next), and takes what is there."""
         if self._loop_fd is None or self._gathering is not None or nbytes <= 1:
             return
         s = self.settings
+        nbytes = min(nbytes, READ_SIZE // 2)
         wait = min(nbytes * (1 + s["bytesize"] + (s["parity"] != "N") + s["stopbits"]) / s["baudrate"], GATHER_MAX)
         if wait >= GATHER_MIN:
             if not self._paused:
@@ -341,7 +344,7 @@ class SerialPort:
         `polled` readable, loses it (a serial port in raw mode reads nothing when nothing came: a
         gather's read that finds nothing leaves a hang-up to the loop's next poll)."""
         try:
-            data = os.read(fd, 4096)
+            data = os.read(fd, READ_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:

@@ -66,7 +66,8 @@ REFILL = 0.02
 TRACE_DELAY = 0.05
 #: The frames behind held messages are read this long before the hold ends, for its pass.
 READ_EARLY = 0.002
-#: The longest a frame guessed to be as long as the last is waited for (wanted): a shorter one is read no later.
+#: The longest a frame's length is waited for (wanted) when it is guessed (as long as the last) or told
+#: by a header that noise may have damaged: a shorter frame is read no later.
 GUESS_WAIT = 0.05
 FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, stuffing aside)
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
@@ -269,10 +270,12 @@ class Lines:
         ends, so they gather until just before it (READ_EARLY), as many as the peer's window lets
         come before a wait must end, and are read at once: a thread that wakes costs a daemon far
         more than the frame it reads (BENCHMARKS.md). Not while frames of ours wait for the
-        acknowledgements theirs carry: then the next frame is taken to be as long as the last."""
+        acknowledgements theirs carry: then the next frame is taken to be as long as the last.
+        A length guessed or told by a header is waited for GUESS_WAIT at most."""
         lcb = self.lcbs[peer]
-        wanted, char = lcb.machine.bytes_wanted(), lcb.cfg.char_time()
-        guess = min(lcb.last_frame, int(GUESS_WAIT / char))  # the next frame, as long as the last
+        char = lcb.cfg.char_time()
+        most = max(1, int(GUESS_WAIT / char))
+        wanted, guess = min(lcb.machine.bytes_wanted(), most), min(lcb.last_frame, most)  # guess: as the last
         room = lcb.machine.unconfirmed_room()  # frames the peer may send: a wait ends before they run out
         if lcb.hold_until is not None:
             until = lcb.hold_until

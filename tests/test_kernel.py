@@ -9,7 +9,7 @@ from checkpoint.changes import Table
 from mccs import msgids
 from mccs.config import ProcessConfig
 from mccs.lists import BlockState, Mailbox
-from mccs.lines import READ_EARLY, LineState
+from mccs.lines import GUESS_WAIT, READ_EARLY, LineState
 from mccs.msgids import DUP_WINDOW, KeyWindow, MsgIds
 from mccs.sessions import Creds
 from tools.hostsim import SimNet, line
@@ -267,6 +267,8 @@ def test_the_next_frame_of_a_stream_gathers_with_the_frames_behind_it(tmp_path, 
     assert bb.kernel.line_wanted("AA", end + 5 * gap) == rest  # the stream is over: the frame, and no more
     bb.kernel.lines.lcbs["AA"].cfg.ack_hold = gap  # frames too long to be held (a slow line): not held
     assert bb.kernel.line_wanted("AA", end) == rest
+    bb.kernel.lines.lcbs["AA"].cfg.baud = 1200  # a length a header told is waited for GUESS_WAIT at most
+    assert bb.kernel.line_wanted("AA", end) == int(GUESS_WAIT * 120)
 
 
 def test_a_gather_lets_no_more_frames_come_than_the_window_has_room_for(tmp_path, monkeypatch):

@@ -283,6 +283,29 @@ def test_a_hangup_while_the_port_gathers_is_seen_at_once(line):
 
 
 @pytest.mark.timeout(30)
+def test_a_gather_waits_for_no_more_than_half_a_read(line):
+    """What one wait lets come must fit one read (and what comes meanwhile the next): on a fast
+    line a gather of many bytes ends after READ_SIZE / 2 of them, not after GATHER_MAX."""
+    import asyncio
+
+    from linedrivers.port import GATHER_MAX, READ_SIZE
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        opened = asyncio.Event()
+        a = SerialPort(line.end_a, baudrate=921600, on_data=lambda data, now: None, loop=loop,
+                       on_state=lambda up, why: loop.call_soon_threadsafe(opened.set)).start()
+        await asyncio.wait_for(opened.wait(), 5)
+        await _on_the_loop(a)
+        a.gather(10**6)
+        half = READ_SIZE // 2 * 10 / 921600  # 22 ms
+        assert half < GATHER_MAX and a._gathering.when() - loop.time() <= half
+        a.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
 def test_gather_lets_bytes_collect_on_the_loop_and_loses_none(tmp_path):
     """gather(n) (loop mode): the loop reads again once n bytes have had time to come at the baud,
     so a frame arriving at 9600 baud is handed over in a few reads, not one a byte; a wait for
