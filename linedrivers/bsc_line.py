@@ -47,8 +47,6 @@ SEGMENT_SECONDS = 5.0
 #: hands bytes over in ticks) delays the answer, which a stop-and-wait line waits for: 54 against
 #: 56 blocks a second at 115200 baud (BENCHMARKS.md, issue 15).
 READ_EARLY = 0.002
-#: The longest a guessed block length is waited for (bytes_wanted): a shorter block is read no later.
-GUESS_WAIT = 0.05
 
 #: Beyond the common ones: bids, collisions (ENQ met ENQ), enqs (asking for a reply again),
 #: wacks / rvis / ttds (sent), bad_sequences, oversized (blocks), bad_messages (wrong LENGTH),
@@ -161,8 +159,8 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         """A guess, since a block's length is known only at its end (ETB or ETX): inside a block, as
         many bytes as make it as long as the last one (BscReader.wanted), less READ_EARLY's worth.
         The shell lets them gather and hands them over in one read instead of one every few bytes;
-        a shorter block is read that much later, at most GUESS_WAIT."""
-        return max(1, min(self._reader.wanted() - int(self.baud / 10 * READ_EARLY), int(self.baud / 10 * GUESS_WAIT)))
+        a shorter block is read that much later, at most the daemon's GUESS_WAIT (mccs.lines)."""
+        return max(1, self._reader.wanted() - int(self.baud / 10 * READ_EARLY))
 
     def unconfirmed_room(self) -> int:
         """0: the peer sends nothing more before the answer to its block."""

@@ -21,6 +21,8 @@ from typing import Callable
 
 import serial
 
+from .wire import char_time
+
 log = logging.getLogger(__name__)
 
 BACKOFF_MIN = 0.1
@@ -310,7 +312,7 @@ class SerialPort:
             return
         s = self.settings
         nbytes = min(nbytes, READ_SIZE // 2)
-        wait = min(nbytes * (1 + s["bytesize"] + (s["parity"] != "N") + s["stopbits"]) / s["baudrate"], GATHER_MAX)
+        wait = min(nbytes * char_time(s["baudrate"], s["bytesize"], s["parity"], s["stopbits"]), GATHER_MAX)
         if wait >= GATHER_MIN:
             if not self._paused:
                 self._poller.modify(self._loop_fd, 0)  # a hang-up or an error still wakes the loop

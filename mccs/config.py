@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from linedrivers.ids import IdError, check_host_id, process_name
+from linedrivers.wire import char_time
 
 from . import envelope, segments
 
@@ -63,8 +64,8 @@ class LineConfig:
     secret: bytes | None = _internal()
 
     def char_time(self) -> float:
-        """Seconds a byte takes on the wire: start bit, data bits, parity, stop bits."""
-        return (1 + self.bytesize + (self.parity != "N") + self.stopbits) / self.baud
+        """Seconds a byte takes on this line's wire."""
+        return char_time(self.baud, self.bytesize, self.parity, self.stopbits)
 
     def port_settings(self) -> dict:
         """The serial port's settings, as pyserial names them."""
