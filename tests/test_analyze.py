@@ -58,6 +58,16 @@ def test_known_answers_with_wrap_and_malformed(spark, tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_local_session_runs_the_throughput_collector(spark):
+    """A local master's JVM runs every task: the throughput collector, not G1 (issue 15)."""
+    from mccs.analytics.session import LOCAL_GC, _gc_chosen
+    if _gc_chosen():
+        pytest.skip("a collector is chosen in the environment's JVM options")
+    assert LOCAL_GC in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert {b.getName() for b in beans} == {"PS Scavenge", "PS MarkSweep"}
+
+
 def test_no_traces_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mccs.cli", "analyze", str(tmp_path)], capture_output=True,
                        text=True, timeout=50)
