@@ -83,8 +83,9 @@ def scans(spark, form: str, path: Path, events: int) -> dict[str, float]:
     from mccs.analytics.traces import DDL, FIELDS, find_inputs
     if form == "jsonl":
         df = spark.read.schema(StructType.fromDDL(DDL)).json(find_inputs([str(path)])[0])
-    else:
-        df = spark.read.parquet(str(path)).select(*[name for name, _ in FIELDS])
+    else:  # Parquet compacted before a field was added lacks its column (load_events reads it as null)
+        df = spark.read.parquet(str(path))
+        df = df.select(*[name for name, _ in FIELDS if name in df.columns])
     count, counted = _seconds(df.count)
     if counted != events:
         raise RuntimeError(f"{path}: the bare scan counted {counted} events, generated {events}")
