@@ -68,6 +68,16 @@ def test_a_local_session_runs_the_throughput_collector(spark):
     assert {b.getName() for b in beans} == {"PS Scavenge", "PS MarkSweep"}
 
 
+@pytest.mark.parametrize("options, chosen", [("", False), ("-XX:+PrintGCDetails -Xlog:gc", False),
+                                             ("-Xmx2g -XX:+UseG1GC", True), ("-XX:+UseZGC", True)])
+def test_a_collector_chosen_in_the_environment_is_left_alone(monkeypatch, options, chosen):
+    from mccs.analytics.session import JAVA_OPTION_VARIABLES, _gc_chosen
+    for v in JAVA_OPTION_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", options)
+    assert _gc_chosen() is chosen
+
+
 def test_no_traces_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mccs.cli", "analyze", str(tmp_path)], capture_output=True,
                        text=True, timeout=50)

@@ -7,6 +7,7 @@ JVM's stderr keep the rest out.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,7 @@ JAVA_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS
 
 def _gc_chosen() -> bool:
     """Has the user chosen a collector for every JVM (two choices stop the JVM from starting)?"""
-    return any("GC" in os.environ.get(v, "") for v in JAVA_OPTION_VARIABLES)
+    return any(re.search(r"-XX:\+Use\w*GC\b", os.environ.get(v, "")) for v in JAVA_OPTION_VARIABLES)
 
 
 def java_available() -> bool:
