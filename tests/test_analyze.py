@@ -78,6 +78,7 @@ def test_a_collector_chosen_in_the_environment_is_left_alone(monkeypatch, option
     assert _gc_chosen() is chosen
 
 
+@pytest.mark.timeout(60)
 def test_no_traces_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mccs.cli", "analyze", str(tmp_path)], capture_output=True,
                        text=True, timeout=50)

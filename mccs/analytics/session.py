@@ -33,8 +33,8 @@ logger.gateway.level = error
 
 # The JVM of a local master runs every task. The analysis is a batch job on a few cores, where
 # the default collector (G1) spends a core's share on concurrent marking beside the task threads:
-# the throughput collector took 10 to 15% off a Parquet analysis of 10 million events and about
-# 2% off JSON Lines on `local[2]` (BENCHMARKS.md, issue 15).
+# the throughput collector took 10 to 15% off a Parquet analysis of 10 million events in a JVM of
+# its own, and 7 to 9% off JSON Lines in `mccs bench analyze`, on `local[2]` (BENCHMARKS.md, issue 15).
 LOCAL_GC = "-XX:+UseParallelGC"
 JAVA_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
 
