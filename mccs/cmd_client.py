@@ -11,6 +11,7 @@ import time
 from .client import GRACE, Client, DaemonUnreachable, MCCSError, Message, NotStored, Refused
 from .config import MAX_MESSAGE, ConfigError, load
 from .envelope import PRIORITY_MAX
+from .notices import describe
 from .ipc import b64
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_STORED, EXIT_FAILED = 0, 1, 2, 3, 4, 5
@@ -410,10 +411,11 @@ def wait_delivered(client: Client, to_id: str, msg_id: int, tty: bool, poll: flo
             notice = notice or client.recv(f"{h}MCCS", msg_id, wait=False)
         if notice is not None:
             about = json.loads(notice.data)
+            told = describe(about, notice.from_id[:2])
             if bar:
-                bar.done(f"{about['notice']}: {about['reason']}")
+                bar.done(told)
             else:
-                print(f"{about['notice']}: {about['reason']}", file=sys.stderr)
+                print(told, file=sys.stderr)
             return EXIT_OK if about["notice"] == "delivered" else EXIT_NOTHING
         if bar:
             t = next((line["transfer"] for line in status["lines"] if line.get("transfer")

@@ -175,6 +175,9 @@ class RouteConfig:
                               f"(peers: {', '.join(sorted(peers)) or 'none'})")
 
 
+#: Seconds a message that the next host cannot take (over its max_message, or large for an older
+#: peer) holds up those behind it; then it is returned undeliverable and the rest go.
+TOO_LARGE_WAIT = 300.0
 SOCKET_PATH_MAX = 107  # bytes of sun_path on Linux, less its closing NUL
 
 
@@ -194,6 +197,7 @@ class HostConfig:
     routing: str = "auto"  # "auto": learn routes from the neighbours; "static": [[route]]s and neighbours only
     hop_limit: int = 16  # lines a message may cross; more is a routing loop: it is returned as undeliverable
     ttl: float = 7 * 24 * 3600.0  # seconds a message may wait on the way before it is returned as undeliverable
+    too_large_wait: float = TOO_LARGE_WAIT
     lines: list[LineConfig] = _internal(factory=list)
     routes: list[RouteConfig] = _internal(factory=list)
     processes: list[ProcessConfig] = _internal(factory=list)
@@ -212,6 +216,7 @@ class HostConfig:
         _choice("routing", self.routing, ("auto", "static"))
         _range("hop_limit", self.hop_limit, 1, 16)
         _range("ttl", self.ttl, 1, envelope.TTL_MAX / 10)
+        _range("too_large_wait", self.too_large_wait, 1, envelope.TTL_MAX / 10)
         if len(os.fsencode(self.socket)) > SOCKET_PATH_MAX:
             raise ConfigError(f"socket = {self.socket!r}: {len(os.fsencode(self.socket))} bytes long, and a Unix "
                               f"socket's path holds at most {SOCKET_PATH_MAX}: choose a shorter one")

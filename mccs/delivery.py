@@ -57,10 +57,9 @@ class Delivery:
             if blk not in self.lists.recv:  # purged meanwhile
                 continue
             if self.lists.recv.late(blk):
-                self.notices.untaken(fx, blk, "its request stopped waiting", "late reply", wall)
+                self.notices.untaken(fx, blk, "late reply", wall)
             elif blk.to_id in self.discard and not self.sessions.attached(blk.to_id):
-                # short: the notice must fit a 128-byte message
-                self.notices.untaken(fx, blk, "no process attached (discard)", "discarded", wall)
+                self.notices.untaken(fx, blk, "discarded", wall)
             else:
                 self._copy(blk)
         self.lists.arrived.clear()
@@ -76,7 +75,7 @@ class Delivery:
 
     def late_replies(self, fx: Effects, wall: float) -> None:
         for blk in self.lists.recv.late_replies(wall):
-            self.notices.untaken(fx, blk, "its request stopped waiting", "late reply", wall)
+            self.notices.untaken(fx, blk, "late reply", wall)
 
     # -- programs started on demand -------------------------------------------------------------
     def taken(self, pid: str) -> None:

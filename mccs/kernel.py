@@ -87,7 +87,7 @@ class Kernel:
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, epoch=self.epoch)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
-                           PeerEpochs(state.peer_epochs), self.control.holds, self.counters)
+                           PeerEpochs(state.peer_epochs), self.control.holds, self.counters, cfg.too_large_wait)
         self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.notices)
         self._now = 0.0
         self._fx = Effects()
@@ -380,6 +380,9 @@ class Kernel:
         self.dispatcher.recvs(fx, now, wall)
         self.control.renew(fx, wall)
         self.notices.expire(fx, wall)
+        for blk in self.lines.overdue(now):
+            self.lines.give_up(blk, fx)
+            self.notices.drop(fx, blk, "too large", wall)
         self.delivery.late_replies(fx, wall)
         for p in self.reassembly.stale(wall - self.cfg.ttl):  # its sender gave up on it long ago
             log.warning("%s: dropped the partly received %s/%d (%d of %d bytes): nothing came for it for %.0f s",

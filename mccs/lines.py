@@ -118,6 +118,7 @@ class LineControlBlock:
     port_open: bool = False
     last_down: str = ""
     held: MSGBLOK | None = None  # the first MSGBLOK the peer's maximum refuses: waits, and all after it
+    give_up_at: float = 0.0  # monotonic time the held block is returned undeliverable
     backlog: list = field(default_factory=list)  # (machine event, when) taken outside the pass that handles them
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
@@ -182,9 +183,11 @@ class Lines:
                  new_machine: Callable[[LineConfig], LineMachine],
                  lists: Lists, ids: MsgIds, seqs: Sequence, pairs: Pairs, routes: RoutingTable,
                  receiver: MessageReceiver, blobs: Blobs, epochs: PeerEpochs,
-                 holds: Callable[[MSGBLOK, float], bool], counters: collections.Counter):
-        """`holds(blk, wall)`: does this origin keep the block back (its name's quota, mccs.control)?"""
+                 holds: Callable[[MSGBLOK, float], bool], counters: collections.Counter, too_large_wait: float):
+        """`holds(blk, wall)`: does this origin keep the block back (its name's quota, mccs.control)?
+        `too_large_wait`: seconds a block the peer cannot take holds up those behind it (then returned)."""
         self.host, self.max_message, self.blobs, self.epochs = host, max_message, blobs, epochs
+        self.too_large_wait = too_large_wait
         self._now = 0.0
         self.new_machine = new_machine
         self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
@@ -211,6 +214,26 @@ class Lines:
                 lcb.transfer = None
             if lcb.held is blk:
                 lcb.held = None
+
+    def give_up(self, blk: MSGBLOK, fx: Effects) -> None:
+        """The Message-Sender stops trying a block (it is returned or purged): what a next host
+        holds of its segments is dropped there when nothing more comes for it."""
+        if blk.acked:
+            fx.change(ch.delete_acked(blk.seq))
+            blk.acked = 0
+        self.let_go(blk)
+
+    def overdue(self, now: float) -> list[MSGBLOK]:
+        """The blocks held for a peer's maximum for too_large_wait: to be returned, so that those
+        behind them go (a next host that can never take a message must not stop the others)."""
+        out: list[MSGBLOK] = []
+        for lcb in self.lcbs.values():
+            blk = lcb.held
+            if blk is not None and lcb.give_up_at <= now and not self.carrying(blk):
+                lcb.counters["too_large_returned"] += 1
+                if not any(b is blk for b in out):
+                    out.append(blk)
+        return out
 
     # -- inputs from the shell ----------------------------------------------------------------
     def data(self, peer: str, data: bytes, now: float) -> float | None:
@@ -619,16 +642,18 @@ class Lines:
     def _hold(self, lcb: LineControlBlock, blk: MSGBLOK, why: str) -> bool:
         """The block cannot go to this peer: it, and every block after it for the same host, waits."""
         if lcb.held is not blk:
-            lcb.held = blk
+            lcb.held, lcb.give_up_at = blk, self._now + self.too_large_wait
             lcb.counters["too_large"] += 1
             log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
-                      "wait on SEND_LIST until max_message is the same at both ends", self.host,
-                      blk.origin, blk.msg_id, blk.size, lcb.peer, why)
+                      "wait on SEND_LIST; unless %s takes it within %.0f s (max_message as large at both ends), "
+                      "it is returned undeliverable", self.host, blk.origin, blk.msg_id, blk.size, lcb.peer, why,
+                      lcb.peer, self.too_large_wait)
         return False
 
     def deadline(self) -> float | None:
         times = [t for lcb in self.lcbs.values()
-                 for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until) if t is not None]
+                 for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until,
+                           lcb.give_up_at if lcb.held else None) if t is not None]
         return min(times, default=None)
 
 

@@ -8,6 +8,7 @@ from linedrivers.events import Event
 
 from . import envelope, segments
 from .config import LineConfig
+from .notices import DAEMON_ROOM
 
 # The sign-on feature of routing lines with the 15-byte envelope (docs/ROUTING.md). "ROUTE" named
 # the 11-byte envelope of commit 89dbfdc, which is not spoken: such a peer gets direct traffic only.
@@ -39,7 +40,8 @@ def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "") -
     ROUTE and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
     sign-on; its frames carry at most `frame_max` bytes of text, with room for the routing
     envelope and the segment trailer, which ride inside the image's MESSAGE. A BSC line offers
-    the same; both offer `epoch` (EPOCH=, the host's checkpoint epoch)."""
+    the same; both offer `epoch` (EPOCH=, the host's checkpoint epoch). Whatever max_message,
+    a line takes whole messages of DAEMON_ROOM bytes: a notice must reach every host."""
     machine = _machine(host, lc, max_message)
     machine.epoch = epoch
     return machine
@@ -51,7 +53,7 @@ def _machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
         common["secret"] = lc.secret
     if lc.protocol == "async":
         from linedrivers import AsyncLine
-        frame = min(max_message, lc.frame_max) + envelope.SIZE + segments.SIZE
+        frame = min(max(max_message, DAEMON_ROOM), lc.frame_max) + envelope.SIZE + segments.SIZE
         return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
                          features=(ROUTE,), max_message=frame, large=max_message, **common)
     # BSC offers ROUTE and LARGE= in an announcement a version-1 station drops (docs/PROTOCOL.md,
@@ -61,6 +63,6 @@ def _machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
     from linedrivers.image import HEADER_SIZE
     room = envelope.SIZE + segments.SIZE
     return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
-                   max_message=min(max_message, 65535 - HEADER_SIZE - room) + room, features=(ROUTE,),
+                   max_message=min(max(max_message, DAEMON_ROOM), 65535 - HEADER_SIZE - room) + room, features=(ROUTE,),
                    large=max_message, disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout,
                    **common)

@@ -8,6 +8,11 @@ notice once the destination process has confirmed its RECV. A notice is an ordin
 from the host's daemon (FROM_ID host + `MCCS`, USER_ID the MSG_ID it is about, JSON text), so
 it is routed, stored and deduplicated like any other, and never gets a notice of its own.
 
+A notice is compact (a reason code, not a sentence: the details are in the trace) so that it fits
+every line it may cross: every line of this version takes a daemon's message of up to DAEMON_ROOM
+bytes whatever its max_message (mccs.machine), and a peer of an earlier version takes the default
+max_message, which DAEMON_ROOM is. `REASONS` says what each code means, for people.
+
 A message that already has its end-to-end number (PSEQ) may have a successor on the way whose
 delivery waits for it; it is therefore not dropped but turned into a VOID: no text, no ttl, the
 same place in the (origin, destination) order. It travels on, and the destination skips it.
@@ -30,11 +35,36 @@ from .msgids import MsgIds
 log = logging.getLogger("mccs.notices")
 
 NAME = "MCCS"  # the daemon's own process name: notices come from it, no process may take it
+#: The largest message a daemon makes (a notice, a control message): every line takes one this
+#: long, whatever the max_message at either end (the default max_message, for older peers).
+DAEMON_ROOM = 128
+#: A notice's `reason` codes, and what each means ({host}: the host that made the notice).
+REASONS = {
+    "taken": "its process took it",
+    "ttl": "its ttl passed while it waited at {host}",
+    "hop limit": "it reached the hop limit at {host}",
+    "purged": "purged by the operator at {host}",
+    "discarded": "no process attached at {host} (discard)",
+    "late reply": "its request stopped waiting",
+    "too large": "the next host after {host} cannot take a message this long (its max_message)",
+}
 
 
 def fields(m: MSGBLOK) -> dict:
     """A message's identity in trace events."""
     return {"origin": m.origin, "msg_id": m.msg_id, "from_id": m.from_id, "to_id": m.to_id, "user_id": m.user_id}
+
+
+def notice_text(kind: str, msg_id: int, to_id: str, reason: str, wall: float) -> bytes:
+    """A notice's MESSAGE: compact JSON, at most DAEMON_ROOM bytes (tests/test_notices.py)."""
+    return json.dumps({"notice": kind, "msg_id": msg_id, "to_id": to_id, "reason": reason, "at": round(wall, 3)},
+                      separators=(",", ":")).encode()
+
+
+def describe(notice: dict, host: str) -> str:
+    """A notice for people: its kind and what its reason code means (`host`: where it was made)."""
+    reason = notice.get("reason", "")
+    return f"{notice.get('notice')}: {REASONS.get(reason, reason).format(host=host)}"
 
 
 class Notices:
@@ -46,11 +76,11 @@ class Notices:
     def expire(self, fx: Effects, wall: float) -> None:
         """Every block on SEND_LIST whose time has passed, in the pass."""
         for blk in self.lists.send.expired(wall):
-            self.drop(fx, blk, f"its ttl passed while it waited at {self.host}", "ttl", wall)
+            self.drop(fx, blk, "ttl", wall)
 
-    def drop(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> None:
+    def drop(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> None:
         """A block leaves SEND_LIST undelivered, its sender told; a numbered one stays as a VOID."""
-        if self.returned(fx, blk, reason, why, wall):
+        if self.returned(fx, blk, why, wall):
             fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags))
         else:
             self.lists.send.remove(blk)
@@ -58,27 +88,26 @@ class Notices:
                 self.ids.release(blk.msg_id)
             fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
 
-    def undeliverable(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> None:
+    def undeliverable(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> None:
         """A message that will not be delivered: traced, and its sender told (a notice, a void or
-        a reply gets no notice of its own). `why` is short, for the trace: ttl, hop_limit, purged,
-        discarded, late reply."""
-        self.counters[why if why in ("purged", "discarded") else "expired"] += 1
+        a reply gets no notice of its own). `why` is a code of REASONS, in the trace and the notice."""
+        self.counters[why if why in ("purged", "discarded", "too large") else "expired"] += 1
         fx.trace("msg", "expired", reason=why, hops=blk.hops, **fields(blk))
         if not blk.flags & (NOTICE | VOID | REPLY):
-            self._notice(fx, blk, "undeliverable", reason, wall)
+            self._notice(fx, blk, "undeliverable", why, wall)
 
-    def untaken(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> None:
+    def untaken(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> None:
         """A block leaves RECV_LIST without a RECV, its sender told (as undeliverable)."""
         self.lists.recv.remove(blk)
         if blk.origin == self.host:
             self.ids.release(blk.msg_id)
         fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
-        self.undeliverable(fx, blk, reason, why, wall)
+        self.undeliverable(fx, blk, why, wall)
 
-    def returned(self, fx: Effects, blk: MSGBLOK, reason: str, why: str, wall: float) -> bool:
+    def returned(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> bool:
         """A message that will not be delivered, turned into a VOID if its place in the order
         must be kept (True: it goes on as a void)."""
-        self.undeliverable(fx, blk, reason, why, wall)
+        self.undeliverable(fx, blk, why, wall)
         if not blk.pseq or blk.flags & VOID:
             return False
         blk.data, blk.expires, blk.flags = b"", 0.0, VOID
@@ -87,12 +116,11 @@ class Notices:
     def delivered(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:
         """Its process confirmed the RECV of a message sent with `receipt`."""
         if not blk.flags & NOTICE:
-            self._notice(fx, blk, "delivered", f"taken by {blk.to_id.rstrip()}", wall)
+            self._notice(fx, blk, "delivered", "taken", wall)
 
     def _notice(self, fx: Effects, about: MSGBLOK, kind: str, reason: str, wall: float) -> None:
-        text = json.dumps({"notice": kind, "msg_id": about.msg_id, "to_id": about.to_id, "reason": reason,
-                           "at": round(wall, 3)}).encode()
-        self.message(fx, about.from_id, about.msg_id, text, wall, kind)
+        self.message(fx, about.from_id, about.msg_id, notice_text(kind, about.msg_id, about.to_id, reason, wall),
+                     wall, kind)
 
     def message(self, fx: Effects, to_id: str, user_id: int, text: bytes, wall: float, kind: str,
                 priority: int = 0, ttl: float | None = None) -> MSGBLOK | None:

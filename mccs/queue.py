@@ -215,11 +215,11 @@ class Queue:
 
     def _purge_one(self, e: dict, item: Item, fx: Effects, wall: float) -> str:
         """Purged now ("purged"), or once no line holds a piece of it ("pending")."""
-        reason = f"purged by the operator at {self.host}"
         if isinstance(item, PRQBLOK):  # not stored: its SEND is answered, no MSG_ID, no notice
             fx.change(ch.delete_waiting(item.req))
             self.lists.wait.durable_sends -= 1
-            answer(fx, item, {"ok": False, "code": "purged", "error": f"the SEND was {reason}"})
+            answer(fx, item, {"ok": False, "code": "purged", "error": f"the SEND was purged by the operator at "
+                                                                      f"{self.host}"})
             self.notices.counters["purged"] += 1
         elif e["list"] == "SEND_LIST":
             if self.lines.carrying(item):
@@ -228,18 +228,14 @@ class Queue:
                 return "pending"
             self._drop(fx, item, wall)
         else:
-            self.notices.untaken(fx, item, reason, "purged", wall)
+            self.notices.untaken(fx, item, "purged", wall)
         log.info("%s: purged %s", self.host, e["id"])
         return "purged"
 
     def _drop(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:
-        """Off SEND_LIST (a void if numbered); what the next host holds of its segments is
-        dropped there when nothing more comes for it."""
-        if blk.acked:
-            fx.change(ch.delete_acked(blk.seq))
-            blk.acked = 0
-        self.lines.let_go(blk)
-        self.notices.drop(fx, blk, f"purged by the operator at {self.host}", "purged", wall)
+        """Off SEND_LIST (a void if numbered)."""
+        self.lines.give_up(blk, fx)
+        self.notices.drop(fx, blk, "purged", wall)
 
     def _finish_purges(self, fx: Effects, wall: float) -> None:
         for blk in list(self.purging):

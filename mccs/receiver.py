@@ -26,7 +26,7 @@ from .lists import MSGBLOK, Lists, Sequence
 from .msgids import KeyWindow, MsgIds
 from .control import Control
 from .notices import NAME as DAEMON_NAME
-from .notices import Notices, fields
+from .notices import DAEMON_ROOM, Notices, fields
 from .pairs import Pairs, Verdict
 
 log = logging.getLogger("mccs.receiver")
@@ -47,7 +47,8 @@ class MessageReceiver:
                  seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, notices: Notices,
                  reassembly: segments.Reassembly, blobs: segments.Blobs, control: Control,
                  counters: collections.Counter):
-        self.host, self.max_message, self.hop_limit = host, max_message, hop_limit
+        self.host, self.hop_limit = host, hop_limit
+        self.max_message = max(max_message, DAEMON_ROOM)  # what the lines take whole (mccs.machine)
         self.control = control
         self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
         self.pairs, self.routes, self.notices, self.counters = pairs, routes, notices, counters
@@ -161,8 +162,7 @@ class MessageReceiver:
             self.counters["hop_limit"] += 1
             log.warning("%s: %s/%d for %s reached the hop limit (%d) coming from %s: a routing loop?", self.host,
                         blk.origin, m.msg_id, m.to_id.rstrip(), self.hop_limit, src.peer)
-            voided = self.notices.returned(fx, blk, f"it reached the hop limit of {self.hop_limit} at {self.host}",
-                                           "hop limit", wall)
+            voided = self.notices.returned(fx, blk, "hop limit", wall)
             if not voided and not (blk.pseq and blk.flags & VOID):
                 return  # nothing waits for it at the destination
             if not voided:  # a void that went round again: it waits here and tries again later, so that

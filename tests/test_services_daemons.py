@@ -183,7 +183,7 @@ def test_discard_returns_messages_while_no_handler_is_attached(daemon_pair):
         notice = s.recv(timeout=20)
         body = json.loads(notice.data)
         assert notice.from_id == "AAMCCS" and (body["notice"], body["msg_id"]) == ("undeliverable", msg_id)
-        assert body["reason"] == "no process attached (discard)"
+        assert body["reason"] == "discarded"
         with mccs.connect(a.config, "DROP") as h:
             s.send("AADROP", b"now there is")
             assert h.recv(timeout=20).data == b"now there is"

@@ -1,6 +1,7 @@
 """MCCS hosts in memory: the daemon's core (`mccs.kernel.Kernel`) without its asyncio shell.
 
-A `SimNet` runs hosts on a virtual clock; each host is a Kernel with a real checkpoint file
+A `SimNet` runs hosts on a virtual clock (its wall clock a real date, WALL0 on: what the
+daemons stamp, such as a notice's time, is as long as in use); each host is a Kernel with a real checkpoint file
 (synchronous off: a test is not a power cut) whose pass effects are performed as the daemon
 performs them: changes applied and committed, then replies delivered to the simulated
 processes, then bytes written to in-memory lines (`mccs.testbed.linesim.Channel`, with impairments).
@@ -26,6 +27,8 @@ from mccs.kernel import Kernel
 from mccs.sessions import Creds
 
 from mccs.testbed.linesim import Channel
+
+WALL0 = 1_800_000_000.0  # the simulated wall clock at time 0: January 2027
 
 
 def line(peer: str, **keys) -> LineConfig:
@@ -53,7 +56,7 @@ class SimHost:
             self.kernel.port_state(peer, True, "", self.net.now)
 
     def run_pass(self) -> Effects:
-        fx = self.kernel.run_pass(self.net.now, self.net.now)
+        fx = self.kernel.run_pass(self.net.now, WALL0 + self.net.now)
         self.passes.append(fx)
         if self.crash_when is not None and self.crash_when(fx):
             self.crash_when = None
