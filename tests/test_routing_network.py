@@ -213,3 +213,30 @@ def test_a_ring_carries_round_the_other_way_while_a_line_is_cut_and_comes_back_w
             s.send("BBR", b"direct again")
         with mccs.connect(d["BB"].config, "R") as r:
             assert r.recv(timeout=30).data == b"direct again"
+
+
+@pytest.mark.timeout(120)
+def test_a_ttl_expiry_at_a_transit_host_is_told_back_and_stops_nothing_with_every_default(tmp_path):
+    """Issue 32 item 1, the adversarial run: AA-BB-CC with every default host key (max_message
+    128), BB-CC cut, a message with ttl 2 expires at BB. Its notice reaches AA across a line, and
+    the messages sent after it all reach CC with their receipts (the notice was once 131 bytes and
+    held everything behind it)."""
+    with _network(tmp_path, ["AA-BB", "BB-CC"]) as (d, vl):
+        _wait_route(d["AA"], "CC")
+        _wait_route(d["CC"], "AA")
+        vl.lines["BB-CC"].disconnect()
+        with mccs.connect(d["AA"].config, "S") as s:
+            late = s.send("CCR", b"late", ttl=2)
+            (f, n), = _notices(s, 1)
+            assert (f, n["notice"], n["msg_id"], n["reason"]) == ("BBMCCS", "undeliverable", late, "ttl"), n
+            vl.lines["BB-CC"].reconnect()
+            ids = [s.send("CCR", b"%d" % i, receipt=True) for i in range(6)]
+            with mccs.connect(d["CC"].config, "R") as r:
+                assert [r.recv(timeout=60).data for _ in ids] == [b"%d" % i for i in range(6)]
+            got = _notices(s, len(ids))
+            assert sorted((f, n["msg_id"], n["reason"]) for f, n in got) == sorted(("CCMCCS", i, "taken") for i in ids)
+        for daemon in d.values():
+            with mccs.connect(daemon.config, None) as admin:
+                status = admin.status()
+            assert not any(line["counters"].get("too_large") for line in status["lines"]), status["lines"]
+            assert status["lists"]["send"] == 0, status["lists"]
