@@ -331,7 +331,7 @@ class Client:
         wait for a buffer; with `timeout`, a SEND not stored by then is taken back (NotStored).
         `ttl`: seconds it may wait on the way (default: the host's `ttl`), after which an
         undeliverable notice comes back; `receipt`: a delivered notice once its process took it.
-        Notices are messages from the daemon's process MCCS (see README, Notices). `progress(done,
+        Notices are messages from the daemon's process MCCS (docs/MESSAGING.md, routing). `progress(done,
         total)` is called as a large message is handed to the daemon. `priority` 0 to 7: a waiting
         message of higher priority goes first on every line and to an unselective RECV."""
         return self._send(to_id, data, user_id, timeout, progress, ttl=ttl, receipt=receipt or None,

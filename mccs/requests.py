@@ -20,7 +20,7 @@ from .msgids import ID_SPACE
 
 
 class RequestError(ValueError):
-    """A request the daemon refuses; `code` is machine-readable (see README, exit codes)."""
+    """A request the daemon refuses; `code` is machine-readable (docs/OPERATING.md, exit codes)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
