@@ -1,5 +1,9 @@
 """Signing on an async line (DESIGN.md 4.1; with a secret, docs/PROTOCOL.md): S, T and, with
 a secret, V; refusals with O. A part of AsyncLine (a mixin); async_states has the table.
+
+With a secret, T's proof covers the S it answers and T itself, V's proof S, T and V, each body
+as it went on the line (`covered`): a field changed on the way (EPOCH=, FEAT=, WINDOW=, ...)
+fails a proof and the sign-on is refused, as with a wrong secret.
 """
 from __future__ import annotations
 
@@ -7,28 +11,35 @@ import secrets
 
 from .async_frames import FCS32, FEC, REFUSED, SREJ, SignOn
 from .async_states import Await, State
-from .auth import INITIATOR, RESPONDER, Handshake, new_nonce
+from .auth import AUTH_FAILED, INITIATOR, RESPONDER, Handshake, new_nonce
 from .events import LineUp, PeerRefused
 
-AUTH_FAILED = "failed authentication (a different secret, or a replayed sign-on)"
+
+def covered(body: bytes) -> bytes:
+    """A sign-on body as the proofs cover it: its bytes as they came, every token in its order,
+    unknown ones too, less PROOF= (a proof cannot cover itself)."""
+    return b" ".join(t for t in body.split(b" ") if not t.startswith(b"PROOF="))
 
 
 class AsyncSignOn:
     """Sign-on and sign-off frames; the rest of the machine is AsyncLine's."""
     #: This host's checkpoint epoch, offered as EPOCH= (set by the owner; "" offers none).
     epoch: str = ""
+    #: Our last S, sent again byte for byte (V's proof covers it as sent).
+    _s_body: bytes = b""
 
     def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
         return SignOn(self.local, self.window, self.max_message, session, nonce, proof, self.features,
                       self.large, self.epoch).encode()
 
     def _send_signon(self, kind: str, session: str) -> None:
-        self._emit(kind, body=self._signon_body(session, self._nonce if kind == "S" else b""))
+        self._emit(kind, body=self._s_body if kind == "S" else self._signon_body(session))
 
     def _sign_on(self) -> None:
         """Send S with a fresh SESSION (with a secret, a fresh nonce too) and wait for T."""
         self.session = secrets.token_hex(4)
         self._nonce = new_nonce() if self.secret is not None else b""
+        self._s_body = self._signon_body(self.session, self._nonce)
         self._send_signon("S", self.session)
         self._await(Await.SIGNON)
 
@@ -38,7 +49,7 @@ class AsyncSignOn:
             self.counters["bad_frames"] += 1
             return
         if kind == "V":
-            self._proof_in(signon)
+            self._proof_in(signon, body)
             return
         if kind == "T" and (self.state is not State.SIGNING_ON or signon.session != self.session):
             if self._v_body and self.state is State.UP and signon.session == self.session:
@@ -55,7 +66,7 @@ class AsyncSignOn:
             self._refuse(signon.host, "asks for authentication, but this line has no secret",
                          kind, "no secret", "peer has no secret")
         elif self.secret is not None:
-            (self._answer if kind == "S" else self._answered)(signon)
+            (self._answer if kind == "S" else self._answered)(signon, body)
         elif kind == "S" and self.state is State.UP and signon.session and signon.session == self._peer_session:
             self._send_signon("T", signon.session)  # the peer repeated the S we answered: our T
         else:                                        # was lost or late; nothing was acknowledged yet
@@ -81,14 +92,15 @@ class AsyncSignOn:
         self._events.append(LineUp(self.peer, agreed, large, signon.epoch))
 
     def _refuse(self, host: str, why: str, kind: str, down: str, note: str = "") -> None:
-        """Refuse a sign-on with O (never sealed: the peer may hold no key); a sign-on of ours
-        under way (a T or V refused) goes DOWN with `down`."""
-        self._emit("O", body=REFUSED + (b" " + note.encode("ascii") if note else b""), seal=False)
+        """Refuse a sign-on with O, not sealed (the peer may hold no key) except the refusal of a
+        V (sealed by _proof_in: the initiator is UP and drops an O without a good trailer); a
+        sign-on of ours under way (a T or V refused) goes DOWN with `down`."""
+        self._emit("O", body=REFUSED + (b" " + note.encode("ascii") if note else b""), seal=kind == "V")
         self._events.append(PeerRefused(host, why))
         if kind != "S":
             self._down(down)
 
-    def _answer(self, signon: SignOn) -> None:
+    def _answer(self, signon: SignOn, body: bytes) -> None:
         """With a secret: answer an S with T (our nonce and proof) and wait VERIFYING for V."""
         if self.state is State.SIGNING_ON and self.local > signon.host:
             self.counters["ignored"] += 1  # both signing on: the end with the lower host id answers
@@ -100,27 +112,31 @@ class AsyncSignOn:
             self._down("peer restarted")
         self.state, self.session, self._peer_session = State.VERIFYING, "", signon.session
         self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
-        self._hs = hs = Handshake(self.secret, signon.host, self.local, signon.nonce, new_nonce())
+        hs = Handshake(self.secret, signon.host, self.local, signon.nonce, new_nonce())
+        self._hs = hs = hs.covering(covered(body), self._signon_body(signon.session, hs.responder_nonce))
         self._t_body = self._signon_body(signon.session, hs.responder_nonce, hs.proof(RESPONDER))
         self._emit("T", body=self._t_body)
         self._await(Await.PROOF)
 
-    def _answered(self, signon: SignOn) -> None:
+    def _answered(self, signon: SignOn, body: bytes) -> None:
         """With a secret: the T to our S. A good proof takes us UP, proving ourselves with V."""
-        hs = Handshake(self.secret, self.local, signon.host, self._nonce, signon.nonce)
+        hs = Handshake(self.secret, self.local, signon.host, self._nonce, signon.nonce).covering(
+            self._s_body, covered(body))
         if not hs.verify(RESPONDER, signon.proof):
             self._refuse(signon.host, AUTH_FAILED, "T", "authentication failed", "authentication failed")
             return
+        hs = hs.covering(self._signon_body(signon.session))
         self._v_body = self._signon_body(signon.session, proof=hs.proof(INITIATOR))
         self._go_up(signon, hs, ("V", self._v_body))
 
-    def _proof_in(self, signon: SignOn) -> None:
+    def _proof_in(self, signon: SignOn, body: bytes) -> None:
         """V: the proof of the end whose S we answered."""
         if self.state is not State.VERIFYING or signon.session != self._peer_session or signon.host != self.peer:
             self.counters["ignored"] += 1
-        elif self._hs.verify(INITIATOR, signon.proof):
+        elif self._hs.covering(covered(body)).verify(INITIATOR, signon.proof):
             self._go_up(signon, self._hs)
         else:
+            self._auth = self._hs.frames(self.local)  # to seal the refusal; _down drops the keys
             self._refuse(signon.host, AUTH_FAILED, "V", "authentication failed", "authentication failed")
 
     def _signoff_in(self, body: bytes) -> None:

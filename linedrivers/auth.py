@@ -2,9 +2,11 @@
 
 With a shared secret, a sign-on is a mutual challenge-response: each side contributes a fresh
 random nonce, and each proves it knows the secret with an HMAC-SHA256 over both nonces, both
-host ids and a label naming the prover. The verifier's own fresh nonce is in every proof it
-checks, so a recorded sign-on never passes again, and the label keeps one side's proof from
-being reflected back as the other's.
+host ids, a SHA-256 of every sign-on body exchanged so far (async: S, T, then V, so no field of
+them can be changed on the line: a relay rewriting EPOCH= would make both ends forget what they
+kept of each other) and a label naming the prover. The verifier's own fresh nonce is in every
+proof it checks, so a recorded sign-on never passes again, and the label keeps one side's proof
+from being reflected back as the other's.
 
 From the secret and both nonces, HKDF (RFC 5869, HMAC-SHA256) derives one key per direction.
 Every frame after the sign-on carries a trailer of `TRAILER_SIZE` bytes: the low 16 bits of
@@ -16,6 +18,7 @@ above the last accepted one any more. No encryption: frames stay readable on the
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field, replace
@@ -28,7 +31,9 @@ TRAILER_SIZE = COUNTER_SIZE + TAG_SIZE
 #: The trailer of a sequence sent before any session key exists (a BSC refusal or NAK in sign-on).
 UNSIGNED = bytes(TRAILER_SIZE)
 INITIATOR, RESPONDER = "initiator", "responder"
-_LABEL = b"MCCS line auth 1"
+#: Why a sign-on whose proof failed is refused (PeerRefused.reason), in both protocols.
+AUTH_FAILED = "failed authentication (a different secret, a replayed sign-on, or one altered on the line)"
+_KEY_LABEL = b"MCCS line auth 1 frames "
 
 
 def new_nonce() -> bytes:
@@ -49,20 +54,27 @@ def hkdf(secret: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:
 @dataclass(frozen=True)
 class Handshake:
     """One authenticated sign-on as both ends see it. The initiator is the side whose sign-on
-    (S, or BSC's ID ENQ) was answered; a nonce not known yet is b""."""
+    (S, or BSC's ID ENQ) was answered; a nonce not known yet is b"". `bodies`: the sign-on
+    bodies the proofs cover, in the order they were sent (BSC: none, its commit block binds the
+    announcements)."""
     secret: bytes = field(repr=False)
     initiator: str
     responder: str
     initiator_nonce: bytes = b""
     responder_nonce: bytes = b""
+    bodies: tuple[bytes, ...] = ()
 
     def _transcript(self) -> bytes:
         return (self.initiator_nonce + self.responder_nonce
-                + self.initiator.encode("ascii") + self.responder.encode("ascii"))
+                + self.initiator.encode("ascii") + self.responder.encode("ascii")
+                + b"".join(hashlib.sha256(body).digest() for body in self.bodies))
 
     def proof(self, role: str) -> bytes:
-        """What `role` (INITIATOR or RESPONDER) sends to prove it knows the secret."""
-        msg = _LABEL + b" proof " + role.encode("ascii") + b" " + self._transcript()
+        """What `role` (INITIATOR or RESPONDER) sends to prove it knows the secret. Covering bodies
+        (async) it is version 2, which a version-1 peer refuses as a bad proof rather than hang;
+        covering none (BSC) it is version 1 as before, so BSC stations from before still sign on."""
+        label = b"MCCS line auth 2 proof " if self.bodies else b"MCCS line auth 1 proof "
+        msg = label + role.encode("ascii") + b" " + self._transcript()
         return hmac.digest(self.secret, msg, "sha256")[:PROOF_SIZE]
 
     def verify(self, role: str, proof: bytes) -> bool:
@@ -72,13 +84,17 @@ class Handshake:
     def with_nonce(self, initiator_nonce: bytes) -> "Handshake":
         return replace(self, initiator_nonce=initiator_nonce)
 
+    def covering(self, *bodies: bytes) -> "Handshake":
+        """The same handshake, its proofs covering `bodies` too (sent after those covered so far)."""
+        return replace(self, bodies=self.bodies + bodies)
+
     def frames(self, local: str) -> "FrameAuth":
         """The frame keys of this session for the end `local`."""
         salt = self.initiator_nonce + self.responder_nonce
         peer = self.responder if local == self.initiator else self.initiator
 
         def key(sender: str, receiver: str) -> bytes:
-            return hkdf(self.secret, salt, _LABEL + f" frames {sender}>{receiver}".encode("ascii"))
+            return hkdf(self.secret, salt, _KEY_LABEL + f"{sender}>{receiver}".encode("ascii"))
         return FrameAuth(key(local, peer), key(peer, local))
 
 

@@ -10,14 +10,13 @@ key exists only NAK and DISC go without one (UNSIGNED), and are believed only wh
 """
 from __future__ import annotations
 
-from .auth import INITIATOR, NONCE_SIZE, PROOF_SIZE, UNSIGNED, Handshake, new_nonce
+from .auth import AUTH_FAILED, INITIATOR, NONCE_SIZE, PROOF_SIZE, UNSIGNED, Handshake, new_nonce
 from .bsc_reader import Seq
 from .bsc_states import UP_STATES, Phase, State
 from .events import LineEvent, PeerRefused
 
 #: The text of the proof block starts so; then the bidder's nonce and its proof.
 PROOF_MAGIC = b"AUTH"
-AUTH_FAILED = "failed authentication (a different secret, or a replayed sign-on)"
 
 
 class BscSignOn:

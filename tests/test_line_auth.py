@@ -1,14 +1,18 @@
 """Line authentication (docs/PROTOCOL.md, "Line authentication") for AsyncLine and BscLine through
 the in-memory line simulator: delivery with the same secret, refusals, replayed sign-ons and
 frames, forged frames with good CRCs. secret=None is the old wire, covered by the other tests."""
+import hashlib
 import random
+import re
 from dataclasses import fields, replace
 
 import pytest
 
 from linedrivers import AsyncLine, BscLine
 from linedrivers.async_line import SignOn, encode_frame, unstuff
-from linedrivers.auth import INITIATOR, RESPONDER, TRAILER_SIZE, Handshake, hkdf
+from linedrivers.async_signon import covered
+from linedrivers.auth import AUTH_FAILED, INITIATOR, RESPONDER, TRAILER_SIZE, Handshake, hkdf
+from linedrivers.bsc_agree import ALTERED
 from linedrivers.bsc_codes import CODE_SETS, CodeSet
 from linedrivers.events import FrameTraced, LineDown, LineUp, MessageReceived, PeerRefused
 from linedrivers.image import encode
@@ -17,6 +21,7 @@ from mccs.testbed.linesim import Channel, Harness, make_images, run_pair
 pytestmark = pytest.mark.timeout(120)
 
 SECRET, OTHER = b"0123456789abcdef-line-AA-BB", b"fedcba9876543210-line-AA-BB"
+BEFORE_PROOFS_2 = "2eb9022"  # line drivers whose proofs covered no sign-on field (version 1)
 
 
 def machines(proto, secret_a=SECRET, secret_b=SECRET, code="ebcdic", **kw):
@@ -74,6 +79,16 @@ def test_proofs_bind_role_nonces_and_hosts():
     assert not replace(hs, responder="CC").verify(INITIATOR, p)
     assert not replace(hs, secret=OTHER).verify(INITIATOR, p)
     assert not replace(hs, initiator_nonce=b"").verify(INITIATOR, replace(hs, initiator_nonce=b"").proof(INITIATOR))
+
+
+def test_proofs_cover_every_signon_body_as_sent():
+    hs = Handshake(SECRET, "AA", "BB", bytes(16), bytes(range(16))).covering(b"S body", b"T body")
+    p = hs.proof(RESPONDER)
+    assert hs.verify(RESPONDER, p) and not hs.covering(b"V body").verify(RESPONDER, p)
+    for s, t in ((b"S bodz", b"T body"), (b"S body", b"T body "), (b"S bodyT body", b""), (b"T body", b"S body")):
+        assert not replace(hs, bodies=(s, t)).verify(RESPONDER, p), (s, t)
+    body = b"MCCS/1 HOST=BB WINDOW=8 PROOF=00ff X=1  EPOCH=0a"  # unknown tokens, spaces, order: as sent
+    assert covered(body) == b"MCCS/1 HOST=BB WINDOW=8 X=1  EPOCH=0a" == covered(covered(body))
 
 
 def test_frame_counters_survive_loss_and_wrap_and_refuse_replays():
@@ -209,8 +224,7 @@ def test_a_recorded_signon_replayed_to_the_answering_end_is_refused(proto):
     _, logs = first_session(proto)
     victim = machines(proto)[1]()
     events = _replay(victim, logs["a"], 100.0)
-    assert [e.reason for e in events if isinstance(e, PeerRefused)] == [
-        "failed authentication (a different secret, or a replayed sign-on)"]
+    assert [e.reason for e in events if isinstance(e, PeerRefused)] == [AUTH_FAILED]
     assert [e.reason for e in events if isinstance(e, LineDown)] == ["authentication failed"]
     assert not [e for e in events if isinstance(e, (LineUp, MessageReceived))]
 
@@ -239,6 +253,174 @@ def test_a_recorded_t_with_its_session_rewritten_is_refused():
     assert [e.reason for e in events if isinstance(e, LineDown)] == ["authentication failed"]
     assert [e.peer for e in events if isinstance(e, PeerRefused)] == ["BB"]
     assert victim.data_to_send().startswith(b"\x7eO\x00\x00REFUSED authentication failed")
+
+
+# --- sign-on fields changed on the line (issue 32) ----------------------------------------------------
+EPOCHS = {"a": "0a0a0a0a", "b": "0b0b0b0b"}  # each side's own; its peer's LineUp must show it
+CHANGES = {"EPOCH": "0c0c0c0c", "FEAT": "SREJ", "LARGE": "64", "WINDOW": "2", "MAXMSG": "64"}
+
+
+def with_epochs(proto, **kw):
+    """machines() with an epoch each and LARGE= offered (so BSC announces)."""
+    def build(factory, epoch):
+        def make():
+            m = factory()
+            m.epoch = epoch
+            return m
+        return make
+    fa, fb = machines(proto, large=4096, **kw)
+    return build(fa, EPOCHS["a"]), build(fb, EPOCHS["b"])
+
+
+def rewrite(key: str, value: str):
+    """What a relay without the secret does to a sign-on text: `KEY=` gets `value`."""
+    return lambda text: re.sub(rf"(?<![^ ]){key}=[^ ]*", f"{key}={value}", text)
+
+
+class Relay:
+    """Rewrites what goes through the pipes out of `sides` with `retouch(data) -> data` while `on`."""
+
+    def __init__(self, h, sides, retouch):
+        self.on, self.hits, self.retouch = True, 0, retouch
+        for side in sides:
+            pipe = h.channel.outof(side)
+            pipe.write = self._wrap(pipe.write)
+
+    def _wrap(self, write):
+        def relay(data, now):
+            if self.on:
+                changed = self.retouch(data)
+                self.hits += changed != data
+                data = changed
+            write(data, now)
+        return relay
+
+
+def async_relay(h, kind: str, change) -> Relay:
+    """Frames of `kind` either way get `change(body text)` and a good FCS again."""
+    def frame(f: bytes) -> bytes:
+        content = unstuff(f[1:-1])
+        if not content or content[:1] != kind.encode():
+            return f
+        return encode_frame(kind, content[1], content[2], change(content[3:-2].decode()).encode())
+    return Relay(h, "ab", lambda data: b"".join(frame(f) for f in async_frames(data)))
+
+
+def bsc_relay(h, side: str, change, cs: CodeSet) -> Relay:
+    """`side`'s announcements (`SYN SYN SOH text ETX BCC PAD`) get `change(text)` and a good BCC."""
+    head = bytes([cs.syn, cs.syn, cs.soh])
+
+    def retouch(data: bytes) -> bytes:
+        start = data.find(head)
+        if start < 0:
+            return data
+        end = data.index(bytes([cs.etx]), start)
+        text = change(data[start + 3:end].decode(cs.codec)).encode(cs.codec)
+        return data[:start] + cs.announcement(text) + data[end + 4:]
+    return Relay(h, side, retouch)
+
+
+def signed_on(h):
+    """(side, the epoch its LineUp gave the peer) of every sign-on in force at some time."""
+    return [(s, e.epoch) for _, s, e in h.events if isinstance(e, LineUp)]
+
+
+def refused_by_one_and_told_the_other(h, reason):
+    """The side that refused a sign-on with `reason` (the other was told): 'a' or 'b'."""
+    for refusing, refused in (("a", "b"), ("b", "a")):
+        if reason in refusals(h, refusing)[0] and refusals(h, refused)[1]:
+            return refusing
+    raise AssertionError(f"no sign-on refused with {reason!r}: {refusals(h, 'a')} {refusals(h, 'b')}")
+
+
+def tamper_then_stop(h, relay, seconds=40):
+    """Messages both ways while the relay tampers (nothing may cross), then delivered exactly once
+    after it stops."""
+    h.send("a", make_images("AA", "BB", 10))
+    h.send("b", make_images("BB", "AA", 10))
+    h.run_for(seconds)
+    assert relay.hits >= 2 and not received(h, "a") and not received(h, "b")
+    relay.on = False
+    assert h.run(h.now + 600)
+    h.result().check()
+    assert not h["a"].duplicates and not h["b"].duplicates
+    assert {s: e for s, e in signed_on(h)} == {"a": EPOCHS["b"], "b": EPOCHS["a"]}
+
+
+@pytest.mark.parametrize("key", sorted(CHANGES) + ["NEWER"])
+@pytest.mark.parametrize("kind", ["S", "T", "V"])
+def test_an_async_signon_field_rewritten_by_a_relay_is_refused_at_both_ends(kind, key):
+    """The relay has no secret but recomputes the FCS: before, a rewritten EPOCH= went through and
+    each end forgot its duplicate window (issue 32). Every field of S, T and V is under a proof,
+    and so is a token this version does not know (NEWER=, added)."""
+    h = Harness(*with_epochs("async"), start=("a",), backoff=2)
+    change = rewrite(key, CHANGES[key]) if key in CHANGES else lambda text: text + " NEWER=1"
+    relay = async_relay(h, kind, change)
+    h.run_for(1)
+    ups = signed_on(h)
+    if kind == "V":  # the initiator is UP on the T it checked (the peer's real values), then told
+        assert ups == [("a", EPOCHS["b"])]
+    else:
+        assert not ups
+    refusing = refused_by_one_and_told_the_other(h, AUTH_FAILED)
+    assert refusing == ("b" if kind == "V" else "a")
+    assert "authentication failed" in h[refusing].downs
+    assert "refused: authentication failed" in h["a" if refusing == "b" else "b"].downs
+    tamper_then_stop(h, relay)
+    assert all(epoch == EPOCHS["b" if s == "a" else "a"] for s, epoch in signed_on(h))
+
+
+def test_an_async_v_jammed_and_replaced_by_a_changed_copy_is_refused():
+    """The real V never arrives; a copy with another EPOCH= (good FCS) comes in its place."""
+    h = Harness(*with_epochs("async"), start=("a",), backoff=5)
+    copies = []
+
+    def jam(data):
+        frames = async_frames(data)
+        copies.extend(f for f in frames if f[1:2] == b"V")
+        return b"".join(f for f in frames if f[1:2] != b"V")
+    relay = Relay(h, "ab", jam)  # either end's V, whichever signs on
+    h.run_for(0.5)
+    assert copies and not [e for _, s, e in h.events if s == "b" and isinstance(e, (LineUp, PeerRefused))]
+    v = unstuff(copies[0][1:-1])
+    relay.on = False  # the injected copy goes past the jammer
+    inject(h, "b", encode_frame("V", body=rewrite("EPOCH", "0c0c0c0c")(v[3:-2].decode()).encode()))
+    relay.on = True
+    h.run_for(1)
+    assert signed_on(h) == [("a", EPOCHS["b"])]
+    assert refusals(h, "b")[0] == [AUTH_FAILED] and "refused: authentication failed" in h["a"].downs
+    tamper_then_stop(h, relay)
+
+
+@pytest.mark.parametrize("code", ["ebcdic", "ascii"])
+@pytest.mark.parametrize("key", ["EPOCH", "FEAT", "LARGE", "MAXMSG"])
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_bsc_announcement_rewritten_by_a_relay_is_refused(side, key, code):
+    """The announcement is not sealed, but the commit block's digest, under the MAC, covers both:
+    the answering station refuses (counted), the bidder is told, nothing crosses meanwhile."""
+    h = Harness(*with_epochs("bsc", code=code), start=("a",), backoff=2)
+    relay = bsc_relay(h, side, rewrite(key, CHANGES[key] if key != "FEAT" else "ROUTE2"), CODE_SETS[code])
+    h.run_for(3)
+    assert not signed_on(h)
+    refusing = refused_by_one_and_told_the_other(h, ALTERED)
+    assert ALTERED in h[refusing].downs
+    tamper_then_stop(h, relay)
+
+
+@pytest.mark.parametrize("start", [("a",), ("b",)])
+def test_async_proofs_of_the_previous_version_are_refused_not_hung(linedrivers_at, start):
+    """Both ends of an async line with a secret must run version 2 of the proofs: against version 1
+    (the commit before), the sign-on is refused as a bad proof. (BSC's proof is unchanged:
+    tests/test_bsc_large.py signs on with a station of commit 5bef087.)"""
+    old = linedrivers_at(BEFORE_PROOFS_2)
+    h = Harness(machines("async")[0], lambda: old.AsyncLine("BB", "AA", secret=SECRET), start=start, backoff=5)
+    h.send("a", make_images("AA", "BB", 3))
+    h.send("b", make_images("BB", "AA", 3))
+    h.run_for(30)
+    assert not received(h, "a") and not received(h, "b") and not h["a"].ups
+    assert [r for side in "ab" for r in refusals(h, side)[0] if r.startswith("failed authentication")]
+    assert [r for side in "ab" for r in refusals(h, side)[1] if r == "refused: authentication failed"]
+    assert "no answer" not in h["a"].downs + h["b"].downs
 
 
 # --- forged and replayed frames --------------------------------------------------------------------
@@ -325,8 +507,14 @@ def test_known_answers_of_the_protocol_document(monkeypatch):
     import linedrivers.async_signon as async_signon
     import linedrivers.bsc_signon as bsc_signon
     hs = Handshake(DOC_SECRET, "AA", "BB", NA, NB)
-    assert hs.proof(INITIATOR).hex() == "27a5031d0420f429c60aef7cbff0778a"
-    assert hs.proof(RESPONDER).hex() == "be1a84b530452701f8605b99b1b09441"
+    assert hs.proof(INITIATOR).hex() == "27a5031d0420f429c60aef7cbff0778a"  # BSC: no bodies, version 1
+    s_body = b"MCCS/1 HOST=AA WINDOW=8 MAXMSG=128 SESSION=0000abcd AUTH=000102030405060708090a0b0c0d0e0f"
+    t_body = b"MCCS/1 HOST=BB WINDOW=8 MAXMSG=128 SESSION=0000abcd AUTH=101112131415161718191a1b1c1d1e1f"
+    v_body = b"MCCS/1 HOST=AA WINDOW=8 MAXMSG=128 SESSION=0000abcd"
+    assert [hashlib.sha256(b).hexdigest()[:16] for b in (s_body, t_body, v_body)] == [
+        "6fda03d6d9c0aab4", "1abc20c97b26f35a", "17a61030a4472849"]
+    assert hs.covering(s_body, t_body).proof(RESPONDER).hex() == "66212ca8b354706305bdd8939673ee32"
+    assert hs.covering(s_body, t_body, v_body).proof(INITIATOR).hex() == "718d05dd0189ff660e89562fc0eb72bf"
     keys = hs.frames("AA")
     assert keys.tx_key.hex() == "00f4484226396e4b07efa647041bdee9e547d3180c50f74b38d25f4d838a36c3"
     assert keys.rx_key.hex() == "ce720dfc230b188cf74f97f085c33ef40071cca4cb0d029d62d7a49fbe5fefba"
@@ -338,16 +526,13 @@ def test_known_answers_of_the_protocol_document(monkeypatch):
             AsyncLine("BB", "AA", secret=DOC_SECRET, selective_repeat=False))
     a.start(0.0)
     s = a.data_to_send()
-    assert s == (b"\x7eS\x00\x00MCCS/1 HOST=AA WINDOW=8 MAXMSG=128 SESSION=0000abcd "
-                 b"AUTH=000102030405060708090a0b0c0d0e0f\xfd\x92\x7e")
+    assert s == b"\x7eS\x00\x00" + s_body + b"\xfd\x92\x7e"
     b.receive_data(s, 0.0)
     t = b.data_to_send()
-    assert t == (b"\x7eT\x00\x00MCCS/1 HOST=BB WINDOW=8 MAXMSG=128 SESSION=0000abcd "
-                 b"AUTH=101112131415161718191a1b1c1d1e1f PROOF=be1a84b530452701f8605b99b1b09441\x08\x96\x7e")
+    assert t == b"\x7eT\x00\x00" + t_body + b" PROOF=66212ca8b354706305bdd8939673ee32\xf1\x55\x7e"
     a.receive_data(t, 0.0)
     v = a.data_to_send()
-    assert v == (b"\x7eV\x00\x00MCCS/1 HOST=AA WINDOW=8 MAXMSG=128 SESSION=0000abcd "
-                 b"PROOF=27a5031d0420f429c60aef7cbff0778a\x91\x9c\x7e")
+    assert v == b"\x7eV\x00\x00" + v_body + b" PROOF=718d05dd0189ff660e89562fc0eb72bf\xa1\x8d\x7e"
     b.receive_data(v, 0.0)
     img = encode("BBQ", "AAP", 1, 0, b"hi")
     a.send(img)

@@ -112,20 +112,25 @@ class Line:
 
     Extra keywords: drop / insert (per-byte probabilities of losing a byte or adding a random
     one), schedule (iterable of (seconds after start, "disconnect"|"hangup"|"reconnect"),
-    in time order, e.g. `flap(5, 1)`). `log` is a path (one line per delivered chunk:
-    epoch time, direction, hex) or a callable(direction, data, monotonic time); direction is
-    "a>b", "b>a", or "event" with data b"hangup" etc.
+    in time order, e.g. `flap(5, 1)`), tamper (a relay that changes what it carries, for tests of
+    line authentication: a callable(direction, bytes read) returning the bytes to put on the line
+    instead; it may hold bytes back and send them with a later call; it can be set while running).
+    `log` is a path (one line per delivered chunk: epoch time, direction, hex) or a
+    callable(direction, data, monotonic time); direction is "a>b", "b>a", or "event" with data
+    b"hangup" etc.
     """
 
     def __init__(self, end_a: str, end_b: str, baud: int = 9600, latency: float = 0.0,
                  ber: float = 0.0, seed: int | None = None, log: str | LogSink | None = None, *,
                  drop: float = 0.0, insert: float = 0.0,
-                 schedule: Iterable[tuple[float, str]] = ()) -> None:
+                 schedule: Iterable[tuple[float, str]] = (),
+                 tamper: Callable[[str, bytes], bytes] | None = None) -> None:
         if baud <= 0 or latency < 0 or not all(0 <= p < 1 for p in (ber, drop, insert)):
             raise ValueError("baud must be > 0, latency >= 0, ber/drop/insert in [0, 1)")
         self.end_a, self.end_b = os.path.abspath(end_a), os.path.abspath(end_b)
         self.baud, self.latency, self.ber, self.drop, self.insert = baud, latency, ber, drop, insert
         self.byte_time = 10.0 / baud
+        self.tamper = tamper
         rng = random.Random(seed)
         self._dirs = (_Direction("a>b", random.Random(rng.random())), _Direction("b>a", random.Random(rng.random())))
         for d in self._dirs:
@@ -296,6 +301,8 @@ class Line:
         if self.state != "connected" or not data:
             d.counters["discarded"] += len(data)
             return
+        if self.tamper is not None:
+            data = self.tamper(d.name, data)
         data = self._impair(d, bytearray(data))
         if not data:
             return
