@@ -1,10 +1,14 @@
 """The sending side of a BSC station: bidding for the line and transmitting blocks (DESIGN.md
 4.2). A part of BscLine (a mixin): it uses the machine's output (_tx, _retry, _events) and
-queue. Which answer does what in which phase is the data of bsc_states; here are the handlers.
+queue. Which answer does what in which phase is data: the tables at the end of this module, keyed
+by bsc_states' enums, name the handlers.
 """
 from __future__ import annotations
 
-from .bsc_states import ON_BID_REPLY, ON_REPLY, ON_TIMER, Phase, Reply, State
+from typing import Callable
+
+from .bsc_signon import BscSignOn
+from .bsc_states import BidAnswer, Phase, Reply, State
 from .events import MessageAcked
 
 ACK = ("ACK0", "ACK1")
@@ -38,9 +42,10 @@ class BscSender:
         self._expect_reply(now, self._tx("ENQ"))
 
     def _on_bid_reply(self, kind: str, now: float) -> None:
-        handler = ON_BID_REPLY.get(self._phase, {}).get(kind)
-        if handler:
-            getattr(self, handler)(kind, now)
+        if self._phase in ON_BID_REPLY and kind in BidAnswer.__members__:
+            handler = ON_BID_REPLY[self._phase][BidAnswer(kind)]
+            if handler is not IGNORED:
+                handler(self, kind, now)
 
     def _bids_crossed(self, kind: str, now: float) -> None:
         # Both bid: the secondary yields and answers; the primary bids again after its shorter timeout.
@@ -145,9 +150,10 @@ class BscSender:
                 self._heard = kind
                 self._enq(now)
             return
-        handler = ON_REPLY.get(phase, {}).get(reply)
-        if handler:
-            getattr(self, handler)(kind, now)
+        if phase in ON_REPLY and reply is not None:
+            handler = ON_REPLY[phase][reply]
+            if handler is not IGNORED:
+                handler(self, kind, now)
 
     def _acked(self, kind: str, now: float, wack: bool = False) -> None:
         self._retries = 0
@@ -204,8 +210,8 @@ class BscSender:
     def _on_timer(self, now: float) -> None:
         if self._state is State.SIGNON:
             self._signon_overdue(now)
-        elif self._state in (State.BID, State.XMIT) and self._phase in ON_TIMER:
-            getattr(self, ON_TIMER[self._phase])(now)
+        elif self._state in (State.BID, State.XMIT) and self._phase is not None:
+            ON_TIMER[self._phase](self, now)
 
     def _bid_unanswered(self, now: float) -> None:
         self._timeout("no answer to bid")
@@ -238,3 +244,41 @@ class BscSender:
             if self._phase is Phase.REPLY:
                 self._phase = Phase.ENQ
             self._enq(now)
+
+
+# --- the tables (bsc_states' docstring draws them) -------------------------------------------------
+Answered = Callable[..., None]  # handler(station, kind received, now): a BscSender or BscSignOn method
+IGNORED = None  # an answer that means nothing in that phase: dropped, explicitly
+
+#: XMIT: phase -> reply to the block in flight -> handler. Every phase of XMIT, every reply.
+ON_REPLY: dict[Phase, dict[Reply, Answered | None]] = {
+    phase: {reply: IGNORED for reply in Reply} | handlers for phase, handlers in {
+        Phase.AUTH: {Reply.ACK: BscSignOn._proven, Reply.NAK: BscSignOn._proof_naked},
+        Phase.REPLY: {Reply.ACK: BscSender._acked, Reply.RVI: BscSender._acked_rvi, Reply.WACK: BscSender._acked_wack,
+                      Reply.NAK: BscSender._naked, Reply.EOT: BscSender._receiver_ended,
+                      Reply.OLD_ACK: BscSender._ask_again},
+        Phase.ENQ: {Reply.ACK: BscSender._acked, Reply.RVI: BscSender._acked_rvi, Reply.WACK: BscSender._acked_wack,
+                    Reply.NAK: BscSender._naked, Reply.EOT: BscSender._receiver_ended,
+                    Reply.OLD_ACK: BscSender._block_lost},
+        Phase.WACK: {Reply.OLD_ACK: BscSender._wack_cleared, Reply.WACK: BscSender._wacked_again},
+        Phase.WACKENQ: {Reply.OLD_ACK: BscSender._wack_cleared, Reply.WACK: BscSender._wacked_again},
+        Phase.HOLD: {},  # no block in flight: nothing is an answer
+        Phase.TTD: {Reply.NAK: BscSender._ttd_answered},
+    }.items()}
+
+#: BID: phase -> control sequence received -> handler. Both phases of BID, every answer.
+ON_BID_REPLY: dict[Phase, dict[BidAnswer, Answered | None]] = {
+    phase: {answer: IGNORED for answer in BidAnswer} | handlers for phase, handlers in {
+        Phase.BID: {BidAnswer.ENQ: BscSender._bids_crossed, BidAnswer.ACK0: BscSender._bid_accepted,
+                    BidAnswer.WACK: BscSender._bid_deferred, BidAnswer.NAK: BscSender._bid_naked,
+                    BidAnswer.ACK1: BscSender._peer_still_receiving, BidAnswer.RVI: BscSender._peer_still_receiving},
+        Phase.PAUSE: {BidAnswer.ENQ: BscSender._yield},
+    }.items()}
+
+#: BID and XMIT: phase -> handler(station, now) when its timer runs out. Every phase.
+ON_TIMER: dict[Phase, Callable[..., None]] = {
+    Phase.BID: BscSender._bid_unanswered, Phase.PAUSE: BscSender._bid, Phase.AUTH: BscSignOn._proof_unanswered,
+    Phase.REPLY: BscSender._reply_overdue, Phase.ENQ: BscSender._reply_overdue,
+    Phase.WACKENQ: BscSender._reply_overdue, Phase.WACK: BscSender._wack_over, Phase.HOLD: BscSender._hold_over,
+    Phase.TTD: BscSender._ttd_unanswered,
+}

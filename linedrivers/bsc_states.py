@@ -1,5 +1,7 @@
-"""The states and phases of a BSC station, and what each answer does in each phase, as data
-(in the spirit of h11's _state.py); the handlers the tables name are BscSender's methods.
+"""The states and phases of a BSC station, and what each answer does in each phase (in the
+spirit of h11's _state.py). The tables themselves are data keyed by these enums, at the end of
+bsc_sender.py, next to the handlers they name; a test checks that every (phase, answer) pair is
+either handled or marked ignored.
 
 States (BscLine.state):
 
@@ -76,30 +78,12 @@ class Reply(StrEnum):
     EOT = "EOT"
 
 
-_POSITIVE = {Reply.ACK: "_acked", Reply.RVI: "_acked_rvi", Reply.WACK: "_acked_wack",
-             Reply.NAK: "_naked", Reply.EOT: "_receiver_ended"}
-_WACKED = {Reply.OLD_ACK: "_wack_cleared", Reply.WACK: "_wacked_again"}
-
-#: XMIT: phase -> reply -> handler(kind, now).
-ON_REPLY: dict[Phase, dict[Reply, str]] = {
-    Phase.AUTH: {Reply.ACK: "_proven", Reply.NAK: "_proof_naked"},
-    Phase.REPLY: {**_POSITIVE, Reply.OLD_ACK: "_ask_again"},
-    Phase.ENQ: {**_POSITIVE, Reply.OLD_ACK: "_block_lost"},
-    Phase.WACK: _WACKED,
-    Phase.WACKENQ: _WACKED,
-    Phase.TTD: {Reply.NAK: "_ttd_answered"},
-}
-
-#: BID: phase -> received kind -> handler(kind, now).
-ON_BID_REPLY: dict[Phase, dict[str, str]] = {
-    Phase.BID: {"ENQ": "_bids_crossed", "ACK0": "_bid_accepted", "WACK": "_bid_deferred",
-                "NAK": "_bid_naked", "ACK1": "_peer_still_receiving", "RVI": "_peer_still_receiving"},
-    Phase.PAUSE: {"ENQ": "_yield"},
-}
-
-#: BID and XMIT: phase -> handler(now) when its timer runs out.
-ON_TIMER: dict[Phase, str] = {
-    Phase.BID: "_bid_unanswered", Phase.PAUSE: "_bid", Phase.AUTH: "_proof_unanswered",
-    Phase.REPLY: "_reply_overdue", Phase.ENQ: "_reply_overdue", Phase.WACKENQ: "_reply_overdue",
-    Phase.WACK: "_wack_over", Phase.HOLD: "_hold_over", Phase.TTD: "_ttd_unanswered",
-}
+class BidAnswer(StrEnum):
+    """A control sequence that may answer a bid (any other sequence in BID is not an answer)."""
+    ENQ = "ENQ"
+    ACK0 = "ACK0"
+    ACK1 = "ACK1"
+    WACK = "WACK"
+    NAK = "NAK"
+    RVI = "RVI"
+    EOT = "EOT"

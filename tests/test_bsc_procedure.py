@@ -480,3 +480,16 @@ def test_peer_restart_drops_the_line_and_signs_on_anew():
     downs = d.of("a", LineDown)
     assert downs and downs[0].reason == "peer restarted"
     assert d.m["a"].state in ("CONTROL", "RECV") and d.m["b"].state in ("CONTROL", "RECV")
+
+
+def test_every_phase_has_a_handler_or_an_explicit_ignore_for_every_answer_and_its_timer():
+    """The BSC tables are data keyed by the enums: no (phase, answer) pair is left to chance."""
+    from linedrivers.bsc_sender import IGNORED, ON_BID_REPLY, ON_REPLY, ON_TIMER
+    from linedrivers.bsc_states import BidAnswer, Phase, Reply
+    xmit = {Phase.AUTH, Phase.REPLY, Phase.ENQ, Phase.WACK, Phase.WACKENQ, Phase.HOLD, Phase.TTD}
+    assert set(ON_REPLY) == xmit and set(ON_BID_REPLY) == {Phase.BID, Phase.PAUSE} and set(ON_TIMER) == set(Phase)
+    assert all(set(row) == set(Reply) for row in ON_REPLY.values())
+    assert all(set(row) == set(BidAnswer) for row in ON_BID_REPLY.values())
+    handlers = [h for table in (ON_REPLY, ON_BID_REPLY) for row in table.values() for h in row.values()]
+    assert all(h is IGNORED or callable(h) for h in handlers) and all(callable(h) for h in ON_TIMER.values())
+    assert ON_REPLY[Phase.HOLD] == dict.fromkeys(Reply, IGNORED)  # no block in flight: nothing answers
