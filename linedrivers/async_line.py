@@ -445,10 +445,8 @@ class AsyncLine(AsyncSignOn):
             self._data_in(seq, ack, body, nbytes)
             return
         self._trace_rx(kind, nbytes, True)
-        if kind in "STV":
+        if kind in "STVO":
             self._signon_in(kind, body)
-        elif kind == "O":
-            self._signoff_in(body)
         elif self.state is not State.UP:
             self.counters["ignored"] += 1
         else:

@@ -1,5 +1,6 @@
 """Signing on an async line (DESIGN.md 4.1; with a secret, docs/PROTOCOL.md): S, T and, with
-a secret, V; refusals with O. A part of AsyncLine (a mixin); async_states has the table.
+a secret, V; refusals with O. A part of AsyncLine (a mixin). What each sign-on frame does in
+each state is the table SIGNON at the end of this module (async_states draws it).
 
 With a secret, T's proof covers the S it answers and T itself, V's proof S, T and V, each body
 as it went on the line (`covered`): a field changed on the way (EPOCH=, FEAT=, WINDOW=, ...)
@@ -8,9 +9,10 @@ fails a proof and the sign-on is refused, as with a wrong secret.
 from __future__ import annotations
 
 import secrets
+from typing import Callable
 
 from .async_frames import FCS32, FEC, REFUSED, SREJ, SignOn
-from .async_states import Await, State
+from .async_states import Await, SignOnKind, State
 from .auth import AUTH_FAILED, INITIATOR, RESPONDER, Handshake, new_nonce
 from .events import LineUp, PeerRefused
 
@@ -44,19 +46,20 @@ class AsyncSignOn:
         self._await(Await.SIGNON)
 
     def _signon_in(self, kind: str, body: bytes) -> None:
-        signon = SignOn.parse(body)
-        if signon is None:
+        """An S, T, V or O frame: the handler SIGNON names for it in our state (a malformed S, T
+        or V is counted and dropped in any state)."""
+        signon = None
+        if kind != SignOnKind.O and (signon := SignOn.parse(body)) is None:
             self.counters["bad_frames"] += 1
             return
-        if kind == "V":
-            self._proof_in(signon, body)
-            return
-        if kind == "T" and (self.state is not State.SIGNING_ON or signon.session != self.session):
-            if self._v_body and self.state is State.UP and signon.session == self.session:
-                self._emit("V", body=self._v_body)  # the peer repeats its T: our V was lost
-            else:
-                self.counters["ignored"] += 1  # a late or repeated reply
-            return
+        handler = SIGNON[self.state][SignOnKind(kind)]
+        if handler is IGNORED:
+            self.counters["ignored"] += 1  # a late or repeated frame, or one that means nothing now
+        else:
+            handler(self, signon, body)
+
+    def _admissible(self, kind: str, signon: SignOn) -> bool:
+        """Is an S or T from the configured peer, authenticated as this line is? Else refused."""
         if signon.host != self.peer:
             self._refuse(signon.host, "", kind, "wrong peer")
         elif self.secret is not None and not signon.nonce:
@@ -65,14 +68,40 @@ class AsyncSignOn:
         elif self.secret is None and signon.nonce:
             self._refuse(signon.host, "asks for authentication, but this line has no secret",
                          kind, "no secret", "peer has no secret")
-        elif self.secret is not None:
-            (self._answer if kind == "S" else self._answered)(signon, body)
-        elif kind == "S" and self.state is State.UP and signon.session and signon.session == self._peer_session:
-            self._send_signon("T", signon.session)  # the peer repeated the S we answered: our T
-        else:                                        # was lost or late; nothing was acknowledged yet
+        else:
+            return True
+        return False
+
+    def _s_in(self, signon: SignOn, body: bytes) -> None:
+        """The peer signs on: with a secret, answered by _answer; without, UP at once with T (or
+        our T again, if the peer repeated the S we answered: nothing was acknowledged yet)."""
+        if not self._admissible("S", signon):
+            return
+        if self.secret is not None:
+            self._answer(signon, body)
+        elif self.state is State.UP and signon.session and signon.session == self._peer_session:
+            self._send_signon("T", signon.session)
+        else:
             if self.state is State.UP:
                 self._down("peer restarted")
-            self._go_up(signon, reply=("T", self._signon_body(signon.session)) if kind == "S" else None)
+            self._go_up(signon, reply=("T", self._signon_body(signon.session)))
+
+    def _t_in(self, signon: SignOn, body: bytes) -> None:
+        """The answer to our S (another SESSION: a late reply to an earlier one, ignored)."""
+        if signon.session != self.session:
+            self.counters["ignored"] += 1
+        elif self._admissible("T", signon):
+            if self.secret is not None:
+                self._answered(signon, body)
+            else:
+                self._go_up(signon)
+
+    def _t_again(self, signon: SignOn, body: bytes) -> None:
+        """A T while UP: the peer repeats its answer to our S, so our V was lost; V again."""
+        if self._v_body and signon.session == self.session:
+            self._emit("V", body=self._v_body)
+        else:
+            self.counters["ignored"] += 1
 
     def _go_up(self, signon: SignOn, hs: Handshake | None = None,
                reply: tuple[str, bytes] | None = None) -> None:
@@ -131,7 +160,7 @@ class AsyncSignOn:
 
     def _proof_in(self, signon: SignOn, body: bytes) -> None:
         """V: the proof of the end whose S we answered."""
-        if self.state is not State.VERIFYING or signon.session != self._peer_session or signon.host != self.peer:
+        if signon.session != self._peer_session or signon.host != self.peer:
             self.counters["ignored"] += 1
         elif self._hs.covering(covered(body)).verify(INITIATOR, signon.proof):
             self._go_up(signon, self._hs)
@@ -139,14 +168,31 @@ class AsyncSignOn:
             self._auth = self._hs.frames(self.local)  # to seal the refusal; _down drops the keys
             self._refuse(signon.host, AUTH_FAILED, "V", "authentication failed", "authentication failed")
 
-    def _signoff_in(self, body: bytes) -> None:
+    def _signoff_in(self, signon: None, body: bytes) -> None:
+        """O: the peer signs off, or refuses our sign-on (REFUSED and a note)."""
         refused = body == REFUSED or body.startswith(REFUSED + b" ")
         why = "refused"
         if len(body) > len(REFUSED) + 1:  # the refusing end's note, shown as it came (printable, short)
             why += ": " + "".join(c if c.isprintable() else "?" for c in body[8:72].decode("ascii", "replace"))
         if self.state is State.UP:
             self._down(why if refused else "peer signed off")
-        elif self.state in (State.SIGNING_ON, State.VERIFYING) and refused:
+        elif refused:
             self._down(why)
         else:
-            self.counters["ignored"] += 1
+            self.counters["ignored"] += 1  # a sign-off while we sign on: not an answer to it
+
+
+Handler = Callable[..., None]  # handler(line, the frame's SignOn (None for O), its body)
+IGNORED = None  # a frame that means nothing in that state: counted `ignored` and dropped, explicitly
+
+#: State -> sign-on frame received -> handler; every state, every kind (a test checks it).
+SIGNON: dict[State, dict[SignOnKind, Handler | None]] = {
+    State.DOWN: {SignOnKind.S: AsyncSignOn._s_in, SignOnKind.T: IGNORED, SignOnKind.V: IGNORED,
+                 SignOnKind.O: IGNORED},
+    State.SIGNING_ON: {SignOnKind.S: AsyncSignOn._s_in, SignOnKind.T: AsyncSignOn._t_in, SignOnKind.V: IGNORED,
+                       SignOnKind.O: AsyncSignOn._signoff_in},
+    State.VERIFYING: {SignOnKind.S: AsyncSignOn._s_in, SignOnKind.T: IGNORED, SignOnKind.V: AsyncSignOn._proof_in,
+                      SignOnKind.O: AsyncSignOn._signoff_in},
+    State.UP: {SignOnKind.S: AsyncSignOn._s_in, SignOnKind.T: AsyncSignOn._t_again, SignOnKind.V: IGNORED,
+               SignOnKind.O: AsyncSignOn._signoff_in},
+}

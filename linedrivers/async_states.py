@@ -1,5 +1,5 @@
 """The states of an async line and what its reply timer waits for, as types; the sign-on as a
-table (in the spirit of h11's _state.py; async_signon.py has the handlers).
+table (in the spirit of h11's _state.py): drawn here, as data at the end of async_signon.py.
 
 A sign-on frame received, by state (SESSION: the one in the frame; a secret on both ends, else
 the first row of each cell):
@@ -27,6 +27,14 @@ class State(StrEnum):
     SIGNING_ON = "SIGNING_ON"  # our S is out
     VERIFYING = "VERIFYING"    # with a secret: we answered an S with T and wait for V
     UP = "UP"
+
+
+class SignOnKind(StrEnum):
+    """The frames of signing on and off."""
+    S = "S"  # a sign-on
+    T = "T"  # its answer
+    V = "V"  # with a secret: the proof of the end that sent S
+    O = "O"  # a sign-off or a refusal
 
 
 class Await(StrEnum):

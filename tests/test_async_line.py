@@ -657,3 +657,15 @@ def test_the_bytes_a_frame_still_wants_are_never_more_than_it_has_left(fcs32, fe
         assert [f.kind for f in frames] == [kind] and frames[0].content is not None
         assert d.wanted() == 1  # between frames: unknown
         assert knew or not (wire[1] == ord("D") and len(data) >= 16)  # an F frame (FEC) is not read early
+
+
+def test_the_signon_table_names_a_handler_or_an_explicit_ignore_for_every_state_and_frame():
+    """The sign-on is data keyed by the enums (async_signon.SIGNON): no pair is left to chance,
+    and what async_states draws holds for the frames that only one state takes."""
+    from linedrivers.async_signon import IGNORED, SIGNON
+    from linedrivers.async_states import SignOnKind, State
+    assert set(SIGNON) == set(State) and all(set(row) == set(SignOnKind) for row in SIGNON.values())
+    assert all(h is IGNORED or callable(h) for row in SIGNON.values() for h in row.values())
+    assert [s for s in State if SIGNON[s][SignOnKind.V] is not IGNORED] == [State.VERIFYING]
+    assert SIGNON[State.DOWN][SignOnKind.T] is IGNORED and SIGNON[State.DOWN][SignOnKind.O] is IGNORED
+    assert all(SIGNON[s][SignOnKind.S] is not IGNORED for s in State)  # a sign-on is answered in every state
