@@ -28,6 +28,7 @@ from .effects import Effects
 from .envelope import PRIORITY_MAX
 from .lists import MSGBLOK, Lists
 from .notices import NAME, Notices
+from .requests import Code
 from .sessions import Sessions
 
 log = logging.getLogger("mccs.control")
@@ -68,7 +69,7 @@ class Control:
         if blk is not None:
             self.pings[blk.msg_id] = PendingPing(conn, rid, host, name, now + timeout)
         else:
-            fx.reply(conn, {"id": rid, "ok": False, "code": "refused", "error": "no free MSG_ID for the ping"})
+            fx.reply(conn, {"id": rid, "ok": False, "code": Code.REFUSED, "error": "no free MSG_ID for the ping"})
 
     @staticmethod
     def _answer(rid: object, host: str, name: str, attached: bool | None) -> dict:

@@ -33,7 +33,7 @@ from .dispatcher import stored_text
 from .effects import StartProgram
 from .kernel import Kernel
 from .ipc import b64
-from .requests import Cancel, Codec, Hello, RequestError, Send, SendMany, Status
+from .requests import Cancel, Code, Codec, Hello, RequestError, Send, SendMany, Status
 from .trace import TraceWriter
 
 log = logging.getLogger("mccs.daemon")
@@ -170,7 +170,7 @@ class Daemon:
 
     def bad_frame(self, conn: server.Connection, error) -> None:
         """A frame that is not a JSON object: an error reply in its turn."""
-        self.kernel.refuse(conn.id, None, RequestError("bad_request", str(error)))
+        self.kernel.refuse(conn.id, None, RequestError(Code.BAD_REQUEST, str(error)))
         self.wake()
 
     def request(self, conn: server.Connection, obj: dict) -> None:
@@ -178,13 +178,13 @@ class Daemon:
         try:
             if not isinstance(rid, requests.ID_TYPES):  # its reply echoes it, in either codec
                 rid = None
-                raise RequestError("bad_request", "id must be a number or a string")
+                raise RequestError(Code.BAD_REQUEST, "id must be a number or a string")
             req = requests.parse(obj)
         except RequestError as e:
             self.kernel.refuse(conn.id, rid, e)
         except Exception as e:  # a check that missed a case: that request is refused, nothing else
             log.exception("%s: a request could not be read", self.host)
-            self.kernel.refuse(conn.id, rid, RequestError("bad_request", f"request not understood: {e!r}"))
+            self.kernel.refuse(conn.id, rid, RequestError(Code.BAD_REQUEST, f"request not understood: {e!r}"))
         else:
             if isinstance(req, Hello) and obj.get("binary") is True:
                 conn.binary = True

@@ -35,9 +35,9 @@ from .notices import Notices, fields
 from .pairs import Pairs, PairsIn, PairsOut
 from .receiver import MessageReceiver
 from .routing import RoutingTable
-from .segments import Blobs, Partial, Reassembly
+from .segments import Blobs, Forgets, Partial, Reassembly
 from .queue import Queue
-from .requests import (NAMED, Cancel, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request, RequestError, Send,
+from .requests import (NAMED, Cancel, Code, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request, RequestError, Send,
                        SendMany)
 from .delivery import Delivery
 from .sessions import Creds, Session, Sessions
@@ -87,7 +87,8 @@ class Kernel:
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
                            new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, epoch=self.epoch)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
-                           PeerEpochs(state.peer_epochs), self.control.holds, self.counters, cfg.too_large_wait)
+                           PeerEpochs(state.peer_epochs), self.control.holds, self.counters, cfg.too_large_wait,
+                           Forgets.restored(state.forgets))
         self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.notices)
         self._now = 0.0
         self._fx = Effects()
@@ -150,7 +151,7 @@ class Kernel:
         self.counters["requests"] += 1
         try:
             if isinstance(req, NAMED) and session.name is None:
-                raise RequestError("no_name", "say hello with a process name first")
+                raise RequestError(Code.NO_NAME, "say hello with a process name first")
             if isinstance(req, Hello):
                 self._hello(session, rid, req)
             elif isinstance(req, Observe):
@@ -167,7 +168,7 @@ class Kernel:
                 self._cancel(session, rid, req, prior)
             elif isinstance(req, Ping) and req.host:  # through the network, in the pass (it has the wall clock)
                 if not self.known_host(req.host) and req.host != self.host:
-                    raise RequestError("unknown_host", f"host {req.host!r} is unknown here: nothing to ping")
+                    raise RequestError(Code.UNKNOWN_HOST, f"host {req.host!r} is unknown here: nothing to ping")
                 self._pings.append((conn, rid, req))
             elif isinstance(req, Ping):
                 self._fx.reply(conn, {"id": rid, "ok": True, "host": self.host})
@@ -193,7 +194,7 @@ class Kernel:
                 and not self.control.holding)
 
     def refuse(self, conn: int, rid: object, e: RequestError) -> None:
-        self.counters["bad_requests" if e.code == "bad_request" else "refused"] += 1
+        self.counters["bad_requests" if e.code is Code.BAD_REQUEST else "refused"] += 1
         self._fx.reply(conn, {"id": rid, "ok": False, "error": str(e), "code": e.code})
 
     def line_data(self, peer: str, data: bytes, now: float) -> float | None:
@@ -228,7 +229,7 @@ class Kernel:
         pid = self.host + req.name
         self._permit(session, req.name)
         if session.name and (session.name, session.handler) != (pid, not req.observe):  # its RECVs are that name's
-            raise RequestError("bad_request", f"this connection is process {session.name.rstrip()!r}; "
+            raise RequestError(Code.BAD_REQUEST, f"this connection is process {session.name.rstrip()!r}; "
                                               "connect again for another name")
         self.sessions.attach(session, pid, handler=not req.observe)
         self._fx.reply(session.conn, {"id": rid, "ok": True, "process": pid, "host": self.host,
@@ -244,11 +245,11 @@ class Kernel:
         """May this connection hold or observe process `name`: not the daemon's own, and as its
         [[process]] says."""
         if name.rstrip() == NOTICE_NAME:
-            raise RequestError("not_permitted", f"process name {NOTICE_NAME!r} is the daemon's own: its notices "
+            raise RequestError(Code.NOT_PERMITTED, f"process name {NOTICE_NAME!r} is the daemon's own: its notices "
                                                 "come from it")
         why = self.sessions.refusal(session, name)
         if why:
-            raise RequestError("not_permitted", why)
+            raise RequestError(Code.NOT_PERMITTED, why)
 
     def _send(self, session: Session, rid: object, req: Send, prior: tuple[int, str] | None) -> None:
         self._check_send(req)
@@ -269,7 +270,7 @@ class Kernel:
             except RequestError as e:
                 raise RequestError(e.code, f"msgs[{i}]: {e}") from None
         if len(req.sends) > self.cfg.buffers:
-            raise RequestError("too_large", f"a batch of {len(req.sends)} messages is over the {self.cfg.buffers} "
+            raise RequestError(Code.TOO_LARGE, f"a batch of {len(req.sends)} messages is over the {self.cfg.buffers} "
                                             "buffers of this host")
         if prior:  # a retry of a batch already stored (all of it: it was one commit)
             self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_ids": [p[0] for p in prior]})
@@ -283,13 +284,13 @@ class Kernel:
 
     def _check_send(self, req: Send) -> None:
         if req.to_id[2:].rstrip() == NOTICE_NAME:  # it would wait on RECV_LIST for ever
-            raise RequestError("not_permitted", f"TO_ID {req.to_id.rstrip()!r}: process name {NOTICE_NAME!r} is "
+            raise RequestError(Code.NOT_PERMITTED, f"TO_ID {req.to_id.rstrip()!r}: process name {NOTICE_NAME!r} is "
                                                 "the daemon's own, which receives no messages")
         if len(req.data) > self.cfg.max_message:
-            raise RequestError("too_large", f"message of {len(req.data)} bytes is over the maximum of "
+            raise RequestError(Code.TOO_LARGE, f"message of {len(req.data)} bytes is over the maximum of "
                                             f"{self.cfg.max_message}")
         if not self.known_host(host_of(req.to_id)):
-            raise RequestError("unknown_host", f"host {host_of(req.to_id)!r} is unknown here (not a neighbour, "
+            raise RequestError(Code.UNKNOWN_HOST, f"host {host_of(req.to_id)!r} is unknown here (not a neighbour, "
                                                f"a [[route]], or a host learned from the network): TO_ID "
                                                f"{req.to_id.rstrip()!r} refused")
 
@@ -300,7 +301,7 @@ class Kernel:
             waiting.retries.append((session.conn, rid))
             return False
         if self.disk_full:
-            raise RequestError("disk_full", f"host {self.host} has no room on its disk for new messages; "
+            raise RequestError(Code.DISK_FULL, f"host {self.host} has no room on its disk for new messages; "
                                             "try again later")
         return True
 
@@ -329,7 +330,7 @@ class Kernel:
     def _take(self, session: Session, rid: int) -> None:
         blk = session.handed.pop(rid, None)
         if blk is None:
-            raise RequestError("bad_request", f"nothing handed to this connection under rid {rid!r}")
+            raise RequestError(Code.BAD_REQUEST, f"nothing handed to this connection under rid {rid!r}")
         self.lists.recv.remove(blk)
         self._hold_released(blk)
         fx = self._fx
@@ -351,7 +352,7 @@ class Kernel:
             if prq.durable:
                 self._fx.change(ch.delete_waiting(prq.req))
                 self.lists.wait.durable_sends -= 1
-            answer(self._fx, prq, {"ok": False, "code": "cancelled", "error": "the SEND was cancelled"})
+            answer(self._fx, prq, {"ok": False, "code": Code.CANCELLED, "error": "the SEND was cancelled"})
             self._fx.reply(session.conn, {"id": rid, "ok": True, "cancelled": True})
             return
         stored = {"msg_id": prior[0], "to": prior[1]} if prior else {}

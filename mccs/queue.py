@@ -28,7 +28,7 @@ from .lines import Lines
 from .lists import MSGBLOK, PRQBLOK, BlockState, Lists
 from .notices import Notices
 from .pairs import PairsIn
-from .requests import QueueRequest, Ref, RequestError
+from .requests import Code, QueueRequest, Ref, RequestError
 
 log = logging.getLogger("mccs.queue")
 
@@ -74,10 +74,10 @@ def select(ref: Ref, host: str, found: list[tuple[dict, Item]]) -> tuple[dict, I
     """The one entry `ref` names; RequestError (bad_id) for none or several."""
     hits = [(e, item) for e, item in found if matches(ref, host, e)]
     if not hits:
-        raise RequestError("bad_id", f"no message {ref.text} on the lists of host {host} (see 'mccs queue list')")
+        raise RequestError(Code.BAD_ID, f"no message {ref.text} on the lists of host {host} (see 'mccs queue list')")
     if len(hits) > 1:
         where = ", ".join(f"#{e['seq']} on {e['list']}" for e, _ in hits)
-        raise RequestError("bad_id", f"{ref.text} names {len(hits)} messages ({where}): give one as #SEQ")
+        raise RequestError(Code.BAD_ID, f"{ref.text} names {len(hits)} messages ({where}): give one as #SEQ")
     return hits[0]
 
 
@@ -171,7 +171,7 @@ class Queue:
         e, item = self._entry(op.ref, wall)
         if e["list"] != "SEND_LIST":
             also = "; a SEND waiting for a buffer can be purged" if e["list"] == "WAIT_LIST" else ""
-            raise RequestError("bad_id", f"{op.ref.text} is on {e['list']}: only a message on SEND_LIST (on its way "
+            raise RequestError(Code.BAD_ID, f"{op.ref.text} is on {e['list']}: only a message on SEND_LIST (on its way "
                                          f"to a line) is {verb}{also}")
         return item
 
@@ -193,7 +193,7 @@ class Queue:
         for e, item in chosen:
             why = self._cannot_purge(e)
             if why and op.ref is not None:
-                raise RequestError("not_purged", f"{op.ref.text} is not purged: {why}")
+                raise RequestError(Code.NOT_PURGED, f"{op.ref.text} is not purged: {why}")
             if why:
                 done["skipped"].append({"id": e["id"], "why": why})
             else:
@@ -218,7 +218,7 @@ class Queue:
         if isinstance(item, PRQBLOK):  # not stored: its SEND is answered, no MSG_ID, no notice
             fx.change(ch.delete_waiting(item.req))
             self.lists.wait.durable_sends -= 1
-            answer(fx, item, {"ok": False, "code": "purged", "error": f"the SEND was purged by the operator at "
+            answer(fx, item, {"ok": False, "code": Code.PURGED, "error": f"the SEND was purged by the operator at "
                                                                       f"{self.host}"})
             self.notices.counters["purged"] += 1
         elif e["list"] == "SEND_LIST":

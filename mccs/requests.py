@@ -10,6 +10,7 @@ import base64
 import binascii
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import NamedTuple
 
 from linedrivers.ids import IdError, check_host_id, process_id, process_name
@@ -19,10 +20,25 @@ from .ipc import CODECS
 from .msgids import ID_SPACE
 
 
+class Code(StrEnum):
+    """The machine-readable `code` of a refusal or a failed request on the socket (docs/SOCKET.md)."""
+    BAD_REQUEST = "bad_request"
+    BAD_ID = "bad_id"
+    DISK_FULL = "disk_full"
+    NO_NAME = "no_name"
+    NOT_PERMITTED = "not_permitted"
+    NOT_PURGED = "not_purged"
+    TOO_LARGE = "too_large"
+    UNKNOWN_HOST = "unknown_host"
+    CANCELLED = "cancelled"
+    PURGED = "purged"
+    REFUSED = "refused"
+
+
 class RequestError(ValueError):
     """A request the daemon refuses; `code` is machine-readable (docs/OPERATING.md, exit codes)."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: Code, message: str):
         super().__init__(message)
         self.code = code
 
@@ -134,11 +150,11 @@ def _field(req: dict, key: str, kind: type | tuple[type, ...], default=None, req
     value = req.get(key)
     if value is None:
         if required:
-            raise RequestError("bad_request", f"missing field {key!r}")
+            raise RequestError(Code.BAD_REQUEST, f"missing field {key!r}")
         return default
     if isinstance(value, kind) and (type(value) is not bool or bool in (kind if isinstance(kind, tuple) else (kind,))):
         return value  # (True is an int too: a boolean only where one is asked for)
-    raise RequestError("bad_request", f"{key} must be {_names(kind)}, not "
+    raise RequestError(Code.BAD_REQUEST, f"{key} must be {_names(kind)}, not "
                                       f"{'a boolean' if isinstance(value, bool) else type(value).__name__}")
 
 
@@ -152,7 +168,7 @@ def _names(kind) -> str:
 def _user_id(req: dict) -> int:
     user_id = _field(req, "user_id", int, 0)
     if not 0 <= user_id <= 0xFFFF:
-        raise RequestError("bad_request", f"USER_ID {user_id} is not a 16-bit number")
+        raise RequestError(Code.BAD_REQUEST, f"USER_ID {user_id} is not a 16-bit number")
     return user_id
 
 
@@ -160,26 +176,26 @@ def _id(value: str, key: str) -> str:
     try:
         return process_id(value)
     except IdError as e:
-        raise RequestError("bad_id", f"{key}: {e}") from None
+        raise RequestError(Code.BAD_ID, f"{key}: {e}") from None
 
 
 def _data(req: dict) -> bytes:
     if "bin" in req:  # sent as it is after the request (ipc.Deframer)
         if not isinstance(req["bin"], (bytes, bytearray)) or "data" in req:
-            raise RequestError("bad_request", "bin must be the size of the data that follows, and no data field")
+            raise RequestError(Code.BAD_REQUEST, "bin must be the size of the data that follows, and no data field")
         return req["bin"]
     if isinstance(req.get("data"), bytes):  # MessagePack: as it is
         return req["data"]
     try:
         return base64.b64decode(_field(req, "data", str, ""), validate=True)
     except (binascii.Error, ValueError) as e:
-        raise RequestError("bad_request", f"data is not valid base64: {e}") from None
+        raise RequestError(Code.BAD_REQUEST, f"data is not valid base64: {e}") from None
 
 
 def _req(req: dict) -> str:
     request_id = _field(req, "req", str, "")
     if len(request_id) > 64:
-        raise RequestError("bad_request", "req must be at most 64 characters (a random request id)")
+        raise RequestError(Code.BAD_REQUEST, "req must be at most 64 characters (a random request id)")
     return request_id
 
 
@@ -190,7 +206,7 @@ def parse(req: dict) -> Request:
     """The typed request, or RequestError."""
     op = req.get("op")
     if not isinstance(op, str) or op not in _PARSERS:
-        raise RequestError("bad_request", f"unknown op {op!r} ({', '.join(_PARSERS)})")
+        raise RequestError(Code.BAD_REQUEST, f"unknown op {op!r} ({', '.join(_PARSERS)})")
     return _PARSERS[op](req)
 
 
@@ -198,13 +214,13 @@ def _name(req: dict) -> str:
     try:
         return process_name(_field(req, "name", str, required=True))
     except IdError as e:
-        raise RequestError("bad_id", str(e)) from None
+        raise RequestError(Code.BAD_ID, str(e)) from None
 
 
 def _seconds(req: dict, key: str, low: float = 0.0) -> float | None:
     value = _field(req, key, (int, float))
     if value is not None and not (math.isfinite(value) and value >= low):
-        raise RequestError("bad_request", f"{key} {value!r} is not a finite number of seconds >= {low:g}")
+        raise RequestError(Code.BAD_REQUEST, f"{key} {value!r} is not a finite number of seconds >= {low:g}")
     return None if value is None else float(value)
 
 
@@ -212,14 +228,14 @@ def _send(req: dict) -> Send:
     ttl = _seconds(req, "ttl", 0.1)
     priority = _field(req, "priority", int, 0)
     if not 0 <= priority <= PRIORITY_MAX:
-        raise RequestError("bad_request", f"priority {priority} is not within 0..{PRIORITY_MAX}")
+        raise RequestError(Code.BAD_REQUEST, f"priority {priority} is not within 0..{PRIORITY_MAX}")
     reply, ok = _field(req, "reply", bool, False), _field(req, "ok", bool, True)
     if not (reply or ok):
-        raise RequestError("bad_request", "ok=false is the outcome of a reply: give reply=true too")
+        raise RequestError(Code.BAD_REQUEST, "ok=false is the outcome of a reply: give reply=true too")
     if reply and not _user_id(req):
-        raise RequestError("bad_request", "a reply's user_id is the MSG_ID of the request it answers")
+        raise RequestError(Code.BAD_REQUEST, "a reply's user_id is the MSG_ID of the request it answers")
     if reply and _field(req, "receipt", bool, False):
-        raise RequestError("bad_request", "a reply gets no receipt (it is a notice of its kind)")
+        raise RequestError(Code.BAD_REQUEST, "a reply gets no receipt (it is a notice of its kind)")
     return Send(_id(_field(req, "to", str, required=True), "to"), _data(req), _user_id(req), _req(req), ttl,
                 _field(req, "receipt", bool, False), priority, reply, ok)
 
@@ -228,16 +244,16 @@ def _recv(req: dict) -> Recv:
     from_id = _field(req, "from", str, "")
     reply_to = _field(req, "reply_to", int, 0)
     if not 0 <= reply_to <= ID_SPACE:
-        raise RequestError("bad_request", f"reply_to {reply_to} is not a MSG_ID")
+        raise RequestError(Code.BAD_REQUEST, f"reply_to {reply_to} is not a MSG_ID")
     confirm = _field(req, "confirm", (int, list), [])
     confirm = [confirm] if isinstance(confirm, int) else confirm
     if len(confirm) > BATCH_MAX or not all(type(rid) is int for rid in confirm):
-        raise RequestError("bad_request", f"confirm must be a rid or a list of at most {BATCH_MAX} rids")
+        raise RequestError(Code.BAD_REQUEST, f"confirm must be a rid or a list of at most {BATCH_MAX} rids")
     most = _field(req, "max", int, 1)
     if not 1 <= most <= BATCH_MAX:
-        raise RequestError("bad_request", f"max {most} is not within 1..{BATCH_MAX}")
+        raise RequestError(Code.BAD_REQUEST, f"max {most} is not within 1..{BATCH_MAX}")
     if most > 1 and (from_id.strip() or _user_id(req) or reply_to):
-        raise RequestError("bad_request", "max is for a RECV of any message: no from, user_id or reply_to")
+        raise RequestError(Code.BAD_REQUEST, "max is for a RECV of any message: no from, user_id or reply_to")
     return Recv(_id(from_id, "from") if from_id.strip() else "", _user_id(req), _field(req, "wait", bool, True),
                 _seconds(req, "timeout"), reply_to, tuple(confirm), most)
 
@@ -245,20 +261,20 @@ def _recv(req: dict) -> Recv:
 def _send_many(req: dict) -> SendMany:
     msgs = _field(req, "msgs", list, required=True)
     if not 1 <= len(msgs) <= BATCH_MAX:
-        raise RequestError("bad_request", f"msgs has {len(msgs)} entries: a batch has 1 to {BATCH_MAX}")
+        raise RequestError(Code.BAD_REQUEST, f"msgs has {len(msgs)} entries: a batch has 1 to {BATCH_MAX}")
     sends = []
     for i, entry in enumerate(msgs):
         try:
             if not isinstance(entry, dict):
-                raise RequestError("bad_request", f"an entry is an object, not {type(entry).__name__}")
+                raise RequestError(Code.BAD_REQUEST, f"an entry is an object, not {type(entry).__name__}")
             if "bin" in entry or "req" in entry:
-                raise RequestError("bad_request", "an entry has no bin or req (its data goes in data)")
+                raise RequestError(Code.BAD_REQUEST, "an entry has no bin or req (its data goes in data)")
             sends.append(_send(entry))
         except RequestError as e:
             raise RequestError(e.code, f"msgs[{i}]: {e}") from None
     size = sum(len(s.data) for s in sends)
     if size > BATCH_BYTES:
-        raise RequestError("too_large", f"a batch of {size} bytes is over the maximum of {BATCH_BYTES}")
+        raise RequestError(Code.TOO_LARGE, f"a batch of {size} bytes is over the maximum of {BATCH_BYTES}")
     return SendMany(tuple(sends), _req(req))
 
 
@@ -272,10 +288,10 @@ def parse_ref(text: str) -> Ref:
     elif text.isdigit():
         ref = Ref(text, msg_id=int(text))
     else:
-        raise RequestError("bad_id", f"message id {text!r} is not ORIGIN/MSG_ID (e.g. AA/12), MSG_ID (this "
+        raise RequestError(Code.BAD_ID, f"message id {text!r} is not ORIGIN/MSG_ID (e.g. AA/12), MSG_ID (this "
                                      "host's own) or #SEQ (its place in the checkpoint, as 'mccs queue list' shows)")
     if not (1 <= ref.msg_id <= ID_SPACE or 1 <= ref.seq < 1 << 63):
-        raise RequestError("bad_id", f"message id {text!r}: a MSG_ID is 1 to {ID_SPACE}, a #SEQ at least 1")
+        raise RequestError(Code.BAD_ID, f"message id {text!r}: a MSG_ID is 1 to {ID_SPACE}, a #SEQ at least 1")
     return ref
 
 
@@ -289,35 +305,35 @@ def check_host(host: str) -> bool:
 def _queue(req: dict) -> QueueRequest:
     action = _field(req, "action", str, required=True)
     if action not in QUEUE_ACTIONS:
-        raise RequestError("bad_request", f"unknown queue action {action!r} ({', '.join(QUEUE_ACTIONS)})")
+        raise RequestError(Code.BAD_REQUEST, f"unknown queue action {action!r} ({', '.join(QUEUE_ACTIONS)})")
     text, to = _field(req, "msg", str), _field(req, "to", str, "")
     ref = parse_ref(text) if text is not None else None
     if to and not check_host(to):
-        raise RequestError("bad_id", f"to: {to!r} is not a host id (2 printable characters, no blank)")
+        raise RequestError(Code.BAD_ID, f"to: {to!r} is not a host id (2 printable characters, no blank)")
     limit = _field(req, "limit", int, 0)
     if not 0 <= limit <= LIST_MAX:
-        raise RequestError("bad_request", f"limit {limit} is not within 0..{LIST_MAX}")
+        raise RequestError(Code.BAD_REQUEST, f"limit {limit} is not within 0..{LIST_MAX}")
     op = QueueRequest(action, ref, to, _seconds(req, "older_than"), limit or LIST_MAX)
     filters = bool(op.to) or op.older_than is not None
     if action == "list" and (ref or filters):
-        raise RequestError("bad_request", "list takes no message id, to or older_than")
+        raise RequestError(Code.BAD_REQUEST, "list takes no message id, to or older_than")
     if action in ("show", "hold", "release") and (ref is None or filters):
-        raise RequestError("bad_request", f"{action} takes one message id (msg) and nothing else")
+        raise RequestError(Code.BAD_REQUEST, f"{action} takes one message id (msg) and nothing else")
     if action == "purge" and (ref is None) == (not filters):
-        raise RequestError("bad_request", "purge takes one message id (msg), or to and/or older_than")
+        raise RequestError(Code.BAD_REQUEST, "purge takes one message id (msg), or to and/or older_than")
     return op
 
 
 def _ping(req: dict) -> Ping:
     host, name = _field(req, "host", str, ""), _field(req, "name", str, "")
     if host and not check_host(host):
-        raise RequestError("bad_id", f"host: {host!r} is not a host id (2 printable characters, no blank)")
+        raise RequestError(Code.BAD_ID, f"host: {host!r} is not a host id (2 printable characters, no blank)")
     if name and not host:
-        raise RequestError("bad_request", "a ping names a process only with its host")
+        raise RequestError(Code.BAD_REQUEST, "a ping names a process only with its host")
     try:
         name = process_name(name) if name else ""
     except IdError as e:
-        raise RequestError("bad_id", f"name: {e}") from None
+        raise RequestError(Code.BAD_ID, f"name: {e}") from None
     timeout = _seconds(req, "timeout", 0.1)
     return Ping(host, name, 5.0 if timeout is None else min(timeout, 3600.0))
 
@@ -325,7 +341,7 @@ def _ping(req: dict) -> Ping:
 def _codec(req: dict) -> Codec:
     name = _field(req, "name", str, required=True)
     if name not in CODECS:
-        raise RequestError("bad_request", f"codec {name!r} is not offered here ({', '.join(CODECS)})")
+        raise RequestError(Code.BAD_REQUEST, f"codec {name!r} is not offered here ({', '.join(CODECS)})")
     return Codec(name)
 
 

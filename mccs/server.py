@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from .ipc import Deframer, FrameError, frame
+from .requests import Code
 from .sessions import Creds
 
 log = logging.getLogger("mccs.server")
@@ -66,7 +67,7 @@ class Connection(asyncio.Protocol):
         try:
             self._backlog.extend(self.deframer.feed(data))
         except FrameError as e:  # over the size limit: the stream can no longer be trusted
-            self.send({"ok": False, "error": str(e), "code": "bad_request"})
+            self.send({"ok": False, "error": str(e), "code": Code.BAD_REQUEST})
             self.transport.close()
             return
         self._serve()

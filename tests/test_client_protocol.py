@@ -303,3 +303,16 @@ def test_msgpack_by_hand(host):
     sock.close()
     with mccs.connect(d.config, "R", codec="json") as r:
         assert r.recv(timeout=5).data == b"\x00raw" and r.recv(wait=False) is None
+
+
+def test_error_codes_are_an_enum_of_the_documented_strings_and_go_on_the_wire_as_them():
+    """Code's values are what docs/SOCKET.md and the client read; both codecs send the plain string."""
+    import json
+
+    import msgpack
+
+    from mccs.ipc import frame
+    from mccs.requests import Code
+    assert {"bad_request", "bad_id", "unknown_host", "too_large", "disk_full", "not_permitted"} <= {c.value for c in Code}
+    for codec, load in (("json", json.loads), ("msgpack", msgpack.unpackb)):
+        assert load(frame({"code": Code.TOO_LARGE}, codec)[4:]) == {"code": "too_large"}
