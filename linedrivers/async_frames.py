@@ -1,4 +1,4 @@
-"""The async protocol's wire (DESIGN.md 4.1): frames, byte stuffing, the sign-on body, and
+"""The async protocol's wire (docs/DESIGN.md 4.1): frames, byte stuffing, the sign-on body, and
 the Deframer that cuts the received byte stream into checked frames.
 
 A frame is `7E | KIND | SEQ | ACK | body | FCS | 7E`, byte-stuffed, FCS = CRC-16/X-25 over KIND..body,
@@ -103,7 +103,7 @@ class SignOn:
     session: str = ""
     nonce: bytes = b""
     proof: bytes = b""
-    features: tuple[str, ...] = ()  # FEAT=A,B: what this end can do beyond DESIGN.md (docs/ROUTING.md)
+    features: tuple[str, ...] = ()  # FEAT=A,B: what this end can do beyond docs/DESIGN.md (docs/ROUTING.md)
     large: int = 0  # LARGE=n: the largest message this end takes cut in segments (docs/PROTOCOL.md)
     epoch: str = ""  # EPOCH=hex: this end's checkpoint epoch, new when it was started afresh (docs/PROTOCOL.md)
 

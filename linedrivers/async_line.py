@@ -1,4 +1,4 @@
-"""The async line protocol (DESIGN.md 4.1) as a sans-I/O state machine.
+"""The async line protocol (docs/DESIGN.md 4.1) as a sans-I/O state machine.
 
 Frames are `7E | KIND | SEQ | ACK | body | FCS | 7E`, byte-stuffed, FCS = CRC-16/X-25 low byte
 first (CRC-32 on long frames with FEAT=FCS32). A go-back-N sliding window with cumulative ACKs
@@ -47,7 +47,7 @@ RATE_STEP = math.log(1.05)
 
 
 class AsyncLine(AsyncSignOn):
-    """One end of an async line (DESIGN.md 4.0 interface). See the module docstring."""
+    """One end of an async line (docs/DESIGN.md 4.0 interface). See the module docstring."""
 
     def __init__(self, local: str, peer: str, *, window: int = 8, baud: int = 9600,
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
@@ -77,7 +77,7 @@ class AsyncLine(AsyncSignOn):
         self.secret = secret
         # offered at sign-on; LineUp says which both ends offered. SREJ, FCS32 and FEC are this
         # machine's own; FCS32 and FEC by default go with SREJ (selective_repeat=False speaks
-        # DESIGN.md 4.1 as it was); FEC needs FCS32.
+        # docs/DESIGN.md 4.1 as it was); FEC needs FCS32.
         fcs32 = selective_repeat if fcs32 is None else fcs32
         fec = fcs32 if fec is None else fec and fcs32
         self.features = tuple(features) + tuple(name for name, on in ((SREJ, selective_repeat), (FCS32, fcs32),
@@ -179,7 +179,7 @@ class AsyncLine(AsyncSignOn):
         within a reply timeout, and a long frame on its way is bytes arriving."""
         return max(2 * self.keepalive, 2 * self._timeout())
 
-    # --- the interface (DESIGN.md 4.0) -----------------------------------------------------
+    # --- the interface (docs/DESIGN.md 4.0) -----------------------------------------------------
     def start(self, now: float) -> None:
         """Sign on: send S and wait for T. Does nothing while UP or already signing on."""
         self._now = now

@@ -1,4 +1,4 @@
-"""Signing on an async line (DESIGN.md 4.1; with a secret, docs/PROTOCOL.md): S, T and, with
+"""Signing on an async line (docs/DESIGN.md 4.1; with a secret, docs/PROTOCOL.md): S, T and, with
 a secret, V; refusals with O. A part of AsyncLine (a mixin). What each sign-on frame does in
 each state is the table SIGNON at the end of this module (async_states draws it).
 

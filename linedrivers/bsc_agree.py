@@ -4,7 +4,7 @@ large messages"). A part of BscLine (a mixin).
 A station that offers features sends an announcement (CodeSet.announcement: `SOH text ETX BCC`)
 right before its ID ENQ, and the answering station, only when one came right before the ID ENQ,
 its own right before its ID ACK0. A version-1 station drops the announcement as a bad sequence
-and signs on as DESIGN.md 4.2 says; a station that heard none signs on as version 1 too.
+and signs on as docs/DESIGN.md 4.2 says; a station that heard none signs on as version 1 too.
 Either announcement can be lost to noise while the ID behind it arrives, so neither end may take
 the agreement from the announcements alone: the bidder, having heard the answer, sends a commit
 block (a text too short to be an image, with a digest of both announcements) as the first block

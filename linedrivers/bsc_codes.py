@@ -1,4 +1,4 @@
-"""BSC code sets and the byte sequences built from them (DESIGN.md section 4.2).
+"""BSC code sets and the byte sequences built from them (docs/DESIGN.md section 4.2).
 
 Every sequence a station sends is complete on its own: `SYN SYN`, the control characters, and
 the trailing pad `FF` that lets the last character clear the modem before the line turns round.

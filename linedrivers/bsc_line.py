@@ -1,6 +1,6 @@
 """IBM binary synchronous (BSC, bisync) point-to-point contention line, sans-I/O.
 
-The interface and events are those of DESIGN.md section 4.0; the procedure is section 4.2:
+The interface and events are those of docs/DESIGN.md section 4.0; the procedure is section 4.2:
 the stations identify once (ID ENQ / ID ACK0), then bid for the line with ENQ whenever one has
 messages, send every queued message as transparent blocks, each answered with the alternating
 ACK0/ACK1 (WACK when the receiver has no room, RVI when it wants the line), and give the line
@@ -79,7 +79,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         self.cs = cs = CODE_SETS[code]
         self.block_size, self.baud, self.retry_limit = block_size, baud, retry_limit
         self.max_image = HEADER_SIZE + max_message
-        # The primary waits less, so after a collision it bids again first (DESIGN.md 4.2).
+        # The primary waits less, so after a collision it bids again first (docs/DESIGN.md 4.2).
         self.reply_timeout = reply_timeout * (0.9 if self.primary else 1.0)
         self.pause = reply_timeout / 3          # before bidding again after WACK/NAK, or ENQ after WACK
         self.gap_timeout = reply_timeout / 2    # silence inside a block: the block is lost
@@ -119,7 +119,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         self._reset_sender()
         self._reset_receiver()
 
-    # --- the interface of DESIGN.md 4.0 ---------------------------------------------------
+    # --- the interface of docs/DESIGN.md 4.0 ---------------------------------------------------
     @property
     def state(self) -> State:
         return self._state

@@ -1,4 +1,4 @@
-"""The receiving side of a BSC station (DESIGN.md 4.2): answering bids and blocks, assembling
+"""The receiving side of a BSC station (docs/DESIGN.md 4.2): answering bids and blocks, assembling
 messages, and staying in receive state until EOT, DLE EOT or the disconnect timeout, so that an
 ENQ asking to repeat an answer is never taken for a bid. A part of BscLine (a mixin).
 """

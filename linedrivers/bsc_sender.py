@@ -1,4 +1,4 @@
-"""The sending side of a BSC station: bidding for the line and transmitting blocks (DESIGN.md
+"""The sending side of a BSC station: bidding for the line and transmitting blocks (docs/DESIGN.md
 4.2). A part of BscLine (a mixin): it uses the machine's output (_tx, _retry, _events) and
 queue. Which answer does what in which phase is data: the tables at the end of this module, keyed
 by bsc_states' enums, name the handlers.

@@ -1,4 +1,4 @@
-"""Signing on a BSC line: the identification exchange (ID ENQ / ID ACK0 / ID NAK, DESIGN.md
+"""Signing on a BSC line: the identification exchange (ID ENQ / ID ACK0 / ID NAK, docs/DESIGN.md
 4.2) and, with a secret, authentication (docs/PROTOCOL.md). A part of BscLine (a mixin).
 
 With a secret the IDs carry AUTH_MARK and the answering station's ID ACK0 its nonce; the bidder

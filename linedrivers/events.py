@@ -1,4 +1,4 @@
-"""Events a line state machine reports (DESIGN.md section 4.0), oldest first."""
+"""Events a line state machine reports (docs/DESIGN.md section 4.0), oldest first."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,9 +1,9 @@
-"""MCCS identifiers: 2-character host ids and 6-character process ids (DESIGN.md section 2)."""
+"""MCCS identifiers: 2-character host ids and 6-character process ids (docs/DESIGN.md section 2)."""
 from __future__ import annotations
 
 
 class IdError(ValueError):
-    """An id that breaks the rules of DESIGN.md section 2."""
+    """An id that breaks the rules of docs/DESIGN.md section 2."""
 
 
 def _printable(text: str, blanks: bool = False) -> bool:

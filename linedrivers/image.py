@@ -1,4 +1,4 @@
-"""The message image both line protocols carry (DESIGN.md section 4), big-endian.
+"""The message image both line protocols carry (docs/DESIGN.md section 4), big-endian.
 
     TO_ID(6) FROM_ID(6) MSG_ID(2) USER_ID(2) LENGTH(2) MESSAGE(LENGTH)
 """

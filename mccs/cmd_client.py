@@ -138,7 +138,7 @@ class _Usage(Exception):
 
 
 def _guard(body):
-    """Map every failure to the exit codes of DESIGN.md section 8."""
+    """Map every failure to the exit codes of docs/DESIGN.md section 8."""
     def run(args) -> int:
         try:
             return body(args)

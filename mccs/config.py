@@ -1,4 +1,4 @@
-"""Host configuration from TOML (DESIGN.md section 8): every timer and limit is a key.
+"""Host configuration from TOML (docs/DESIGN.md section 8): every timer and limit is a key.
 
 Relative paths are relative to the config file; an unknown key is an error that names it.
 """

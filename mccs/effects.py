@@ -1,6 +1,6 @@
 """What one pass of the daemon's core asks its shell to do, in the order the rules need it done.
 
-The order of the fields of `Effects` is the durability rule of DESIGN.md sections 4.3 and 5:
+The order of the fields of `Effects` is the durability rule of docs/DESIGN.md sections 4.3 and 5:
 first the checkpoint changes (one transaction, committed), then the trace events (written,
 before anything that depends on them), then the replies to processes, then the bytes for the
 lines (acknowledgements among them), then the programs to start for messages that wait. If the
@@ -17,7 +17,7 @@ from checkpoint.changes import Change
 
 
 class TraceEvent(NamedTuple):
-    """One trace line of DESIGN.md section 6; the writer adds v, ts and host. A named tuple: a
+    """One trace line of docs/DESIGN.md section 6; the writer adds v, ts and host. A named tuple: a
     pass makes one or more a message."""
     type: str  # frame, msg or line
     kind: str

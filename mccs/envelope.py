@@ -1,6 +1,6 @@
 """The routing envelope: what a message carries across hosts, on lines that negotiated routing.
 
-The line protocols carry an image `TO_ID FROM_ID MSG_ID USER_ID LENGTH MESSAGE` (DESIGN.md 4)
+The line protocols carry an image `TO_ID FROM_ID MSG_ID USER_ID LENGTH MESSAGE` (docs/DESIGN.md 4)
 and know nothing of routing. On a line whose sign-on agreed on the ROUTE2 feature
 (docs/ROUTING.md), the last 15 bytes counted in LENGTH are this envelope, not message text:
 

@@ -1,7 +1,7 @@
 """MSG_IDs: which id a new message gets, and which arrivals are duplicates.
 
 A receiver drops an arrival whose (origin, MSG_ID) is among the last DUP_WINDOW keys it got
-from that origin (DESIGN.md section 5). MSG_IDs are 16 bits, so that rule alone cannot tell a
+from that origin (docs/DESIGN.md section 5). MSG_IDs are 16 bits, so that rule alone cannot tell a
 retransmission from a new message whose id the origin reused after a wrap. The origin makes the
 rule exact by never giving a message for host D an id that is
 

@@ -1,4 +1,4 @@
-"""The trace writer: JSON Lines under trace_dir (DESIGN.md section 6), rotated by size.
+"""The trace writer: JSON Lines under trace_dir (docs/DESIGN.md section 6), rotated by size.
 
 Msg and line events are written by the daemon's next `flush()`, which every loop pass makes
 after its commit and before its replies (an OS write, no fsync): they precede the reply that

@@ -46,7 +46,7 @@ def linedrivers_at(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def old_linedrivers(linedrivers_at):
-    """The line drivers of DESIGN.md's version 1 (commit 5bef087)."""
+    """The line drivers of docs/DESIGN.md's version 1 (commit 5bef087)."""
     return linedrivers_at(OLD_COMMIT)
 
 

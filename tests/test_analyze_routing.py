@@ -26,7 +26,7 @@ def spark():
 
 
 class Traces:
-    """Events per host, as the daemons write them (DESIGN.md 6), with the message fields."""
+    """Events per host, as the daemons write them (docs/DESIGN.md 6), with the message fields."""
 
     def __init__(self):
         self.events: dict[str, list[dict]] = defaultdict(list)

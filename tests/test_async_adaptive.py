@@ -115,7 +115,7 @@ def test_a_peer_that_does_not_offer_fcs32_sees_the_protocol_unchanged(peer):
         writes[offers] = b"".join(wire)
         assert all(fcs16_ok(c) for c in frames(writes[offers]))
     assert writes[True] == writes[False] and len(frames(writes[True])) == 20
-    old = AsyncLine("BB", "AA", selective_repeat=False)  # as DESIGN.md 4.1: no FEAT at all
+    old = AsyncLine("BB", "AA", selective_repeat=False)  # as docs/DESIGN.md 4.1: no FEAT at all
     assert b"FEAT" not in old._signon_body("0000abcd")
 
 

@@ -1,4 +1,4 @@
-"""AsyncLine (DESIGN.md 4.1): known answers, sign-on, window, timers, busy, restarts, noisy lines."""
+"""AsyncLine (docs/DESIGN.md 4.1): known answers, sign-on, window, timers, busy, restarts, noisy lines."""
 import collections
 import random
 
@@ -108,7 +108,7 @@ def test_signon_frames_byte_for_byte():
     assert SignOn("AA", 8, 128).encode() == body
     assert encode_frame("S", body=body) == b"\x7eS\x00\x00" + body + bytes.fromhex("ca ef 7e")
     # the reply T carries the answering host's own values and echoes the S's SESSION
-    for sr, feat in ((False, b""), (True, b" FEAT=SREJ,FCS32,FEC")):  # DESIGN.md 4.1, then with the features offered
+    for sr, feat in ((False, b""), (True, b" FEAT=SREJ,FCS32,FEC")):  # docs/DESIGN.md 4.1, then with the features offered
         m = AsyncLine("BB", "AA", window=4, max_message=100, selective_repeat=sr)
         m.receive_data(encode_frame("S", body=SignOn("AA", 8, 128, "0000abcd").encode()), 0.0)
         t_body = b"MCCS/1 HOST=BB WINDOW=4 MAXMSG=100 SESSION=0000abcd" + feat

@@ -1,5 +1,5 @@
 """BSC features (issue 12 item 4): the sign-on announcement and its commit block agree on ROUTE2 and
-LARGE= between new stations, an old station signs on as DESIGN.md 4.2 says and never takes the
+LARGE= between new stations, an old station signs on as docs/DESIGN.md 4.2 says and never takes the
 announcement for anything, segments are whole blocks, and a transmission cut by a line drop
 resumes at the first block the receiver lacks. Machine pairs on mccs.testbed.linesim, and daemons
 on tools.hostsim: a 1 MiB message over BSC, and routing across a BSC line."""

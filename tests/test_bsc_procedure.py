@@ -1,4 +1,4 @@
-"""One conversation per row of the BSC procedure (DESIGN.md 4.2), between two BscLines joined
+"""One conversation per row of the BSC procedure (docs/DESIGN.md 4.2), between two BscLines joined
 directly, with exact faults put on chosen sequences; each test reads the trace both sides wrote."""
 import pytest
 

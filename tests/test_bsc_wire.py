@@ -1,4 +1,4 @@
-"""Byte-exact known answers for BscLine in both code sets (DESIGN.md 4.2), checked against
+"""Byte-exact known answers for BscLine in both code sets (docs/DESIGN.md 4.2), checked against
 the control-character table and an independent bit-by-bit CRC-16."""
 import pytest
 
@@ -8,7 +8,7 @@ from linedrivers.image import encode
 
 pytestmark = pytest.mark.timeout(30)
 
-# The table of DESIGN.md 4.2, written out again here on purpose.
+# The table of docs/DESIGN.md 4.2, written out again here on purpose.
 TABLE = {
     "ebcdic": dict(SYN=0x32, STX=0x02, ETB=0x26, ETX=0x03, EOT=0x37, ENQ=0x2D, NAK=0x3D, DLE=0x10,
                    ACK0=b"\x10\x70", ACK1=b"\x10\x61", WACK=b"\x10\x6b", RVI=b"\x10\x7c", ID=b"\xd4\xc3\xc3\xe2"),

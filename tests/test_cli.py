@@ -1,4 +1,4 @@
-"""The `mccs` command line end to end, exit codes included (DESIGN.md section 8)."""
+"""The `mccs` command line end to end, exit codes included (docs/DESIGN.md section 8)."""
 from __future__ import annotations
 
 import base64

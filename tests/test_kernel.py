@@ -1,4 +1,4 @@
-"""The daemon's core in memory: every rule of DESIGN.md section 2 and the durability rules of
+"""The daemon's core in memory: every rule of docs/DESIGN.md section 2 and the durability rules of
 sections 4.3 and 5, on `mccs.kernel.Kernel` through `tools.hostsim` (real checkpoint files, real
 line machines over in-memory lines, a virtual clock; no daemon process, socket or port)."""
 from __future__ import annotations

@@ -184,7 +184,7 @@ def test_the_send_list_forgets_the_expiry_of_blocks_that_left():
 
 
 def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path):
-    """BB speaks DESIGN.md's version 1 (no FEAT in its sign-on): AA and CC reach it directly,
+    """BB speaks docs/DESIGN.md's version 1 (no FEAT in its sign-on): AA and CC reach it directly,
     but cannot route through it, and say so at once."""
     import base64
 

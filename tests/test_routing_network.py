@@ -23,7 +23,7 @@ V1_DAEMON = Path(__file__).with_name("v1_daemon.py")
 def _network(tmp_path, links: list[str], routes: dict[str, list[dict]] | None = None, v1: tuple[str, ...] = (),
              **host_keys):
     """Daemons joined by async vserial lines (`AA-BB` specs), stopped at the end; those in `v1`
-    speak DESIGN.md's version 1 (no routing). Yields the daemons by host and the lines."""
+    speak docs/DESIGN.md's version 1 (no routing). Yields the daemons by host and the lines."""
     keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
     hosts = sorted({h for link in links for h in link.split("-")})
     daemons: dict[str, DaemonProcess] = {}

@@ -1,4 +1,4 @@
-"""One host: every rule of DESIGN.md section 2 through the client library, against a real
+"""One host: every rule of docs/DESIGN.md section 2 through the client library, against a real
 daemon process with a real SQLite checkpoint."""
 from __future__ import annotations
 

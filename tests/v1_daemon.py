@@ -1,4 +1,4 @@
-"""`mccs` whose daemon speaks DESIGN.md's version 1 on its async lines, as an MCCS from before
+"""`mccs` whose daemon speaks docs/DESIGN.md's version 1 on its async lines, as an MCCS from before
 routing: no FEAT at sign-on (neither ROUTE nor SREJ), no room for a routing envelope. For the mixed-version tests."""
 import sys
 

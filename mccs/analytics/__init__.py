@@ -1,4 +1,4 @@
-"""Trace analytics, the `mccs analyze` command (DESIGN.md sections 6 and 8; README "Trace analytics").
+"""Trace analytics, the `mccs analyze` command (docs/DESIGN.md sections 6 and 8; docs/ANALYTICS.md).
 
 - `schema`: the versioned schema of summary.json (`mccs-analyze-summary`) and its columns; no Spark.
 - `session`: a quiet SparkSession, or an `AnalyzeError` saying what to install.

@@ -1,4 +1,4 @@
-"""`mccs analyze`: Spark analytics of trace files (DESIGN.md 6 and 8).
+"""`mccs analyze`: Spark analytics of trace files (docs/DESIGN.md 6 and 8).
 
     mccs analyze TRACE_PATH... [--master URL] [--out DIR] [--since T] [--until T] [--compact] [--quiet]
 

@@ -3,7 +3,7 @@
 Kept apart from the Spark job so the trace generator can state its known answers in exactly
 the same shape without importing Spark.
 
-Routed traffic (issue 11; keys added within version 1, README's table lists the others):
+Routed traffic (issue 11; keys added within version 1, docs/ANALYTICS.md's table lists the others):
 
 | key | meaning |
 |---|---|

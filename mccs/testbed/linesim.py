@@ -5,7 +5,7 @@ byte stream per write; a `Harness` drives both machines as the daemon will (star
 room() > 0, confirm after MessageReceived, sign on again after LineDown and re-queue `unacked`,
 drop duplicates across sign-ons by (origin, MSG_ID)), advancing virtual time straight to the
 next deadline or arrival. No threads, no real time. Protocol-generic: it only uses the
-interface of DESIGN.md 4.0, so AsyncLine and BscLine are tested the same way.
+interface of docs/DESIGN.md 4.0, so AsyncLine and BscLine are tested the same way.
 
     res = run_pair(lambda: AsyncLine("AA", "BB"), lambda: AsyncLine("BB", "AA"),
                    make_images("AA", "BB", 1000), make_images("BB", "AA", 1000),

@@ -1,4 +1,4 @@
-"""Synthetic MCCS traces (DESIGN.md section 6) with known answers.
+"""Synthetic MCCS traces (docs/DESIGN.md section 6) with known answers.
 
 The generator simulates a network of hosts joined by async and BSC lines closely enough for
 the analytics to meet every kind of event a real daemon writes: sign-ons, keep-alives, data
