@@ -25,7 +25,9 @@ class Table(StrEnum):
     PAIR_OUT = "pair_out"  # per destination host and priority: the next end-to-end sequence number of this origin
     PAIR_IN = "pair_in"  # per origin host and priority: its epoch and the next end-to-end sequence number expected
     PARTIALS = "partials"  # large messages being received: how far each is (mccs.segments)
-    TEXTS = "texts"  # texts over INLINE_MAX (being received, or on a list, whose row names it in `text`)
+    TEXTS = "texts"  # texts over INLINE_MAX made here, in one row (a list's row names it in `text`)
+    PIECES = "text_pieces"  # texts received in segments: the pieces as they came (a list's row names them in `text`)
+    FORGETS = "forgets"  # transfers a next host holds the start of and will not get the rest of: to tell it
     SEND_ACKED = "send_acked"  # SEND_LIST blocks in segments: bytes the next host holds
     SEG_DONE = "seg_done"  # large messages received lately: a resent last segment is a duplicate
     PEER_EPOCH = "peer_epoch"  # per neighbour: the checkpoint epoch it last signed on with
@@ -41,13 +43,16 @@ INLINE_MAX = 65536  # a text longer than this is kept in the checkpoint only (St
 
 @dataclass(frozen=True)
 class Stored:
-    """A message text kept in the checkpoint only: row `rowid` of table TEXTS, which a list's row
-    names in its column `text`. The daemon's core never holds a large message whole; the shell
-    reads it in pieces. Large texts live apart from the lists' rows because SQLite rewrites a
-    whole row to change one column, and expands a zeroblob that is not a row's last column."""
+    """A message text kept in the checkpoint only: row `rowid` of table TEXTS, or (`pieces`) the
+    rows of PIECES with text = `rowid`, which a list's row names in its column `text`. The
+    daemon's core never holds a large message whole; the shell reads it in pieces. Large texts
+    live apart from the lists' rows because SQLite rewrites a whole row to change one column, and
+    expands a zeroblob that is not a row's last column. A text received in segments stays in the
+    pieces it came in: room is taken as they come, never for what has not come yet."""
     rowid: int
     size: int
     crc: int  # CRC-32 of the text
+    pieces: bool = False  # in PIECES (received in segments), not in one row of TEXTS
 
     def __len__(self) -> int:
         return self.size
@@ -142,26 +147,45 @@ def delete_acked(seq: int) -> Change:
     return Change(f"DELETE FROM {Table.SEND_ACKED} WHERE seq = ?", (seq,))
 
 
-def add_partial(pid: int, origin: str, msg_id: int, to_id: str, total: int, crc: int, ts: float) -> list[Change]:
-    """A large message starts to arrive: room for all of its text (TEXTS row `pid`), filled in as
-    segments come."""
-    return [Change(f"INSERT OR REPLACE INTO {Table.PARTIALS} (id, origin, msg_id, to_id, total, crc, got, run, ts) "
-                   "VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?)", (pid, origin, msg_id, to_id, total, crc, ts)),
-            new_text(pid, total)]
+def add_partial(pid: int, origin: str, msg_id: int, to_id: str, total: int, crc: int, ts: float,
+                peer: str = "") -> Change:
+    """A large message starts to arrive from `peer`; its text (PIECES with text = `pid`) grows
+    piece by piece (add_piece): no room is taken for what has not come."""
+    return Change(f"INSERT OR REPLACE INTO {Table.PARTIALS} (id, origin, msg_id, to_id, total, crc, got, run, ts, "
+                  "peer) VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?)", (pid, origin, msg_id, to_id, total, crc, ts, peer))
+
+
+def add_piece(text: int, offset: int, data: bytes | memoryview) -> Change:
+    """A piece of a text received in segments, at `offset` (pieces follow one another, no overlap)."""
+    return Change(f"INSERT OR REPLACE INTO {Table.PIECES} (text, off, data) VALUES (?, ?, ?)", (text, offset, data))
 
 
 def write_blob(table: Table, rowid: int, offset: int, data: bytes | memoryview) -> BlobWrite:
     return BlobWrite(str(table), (rowid, offset, data))
 
 
-def set_partial_got(pid: int, got: int, run: int) -> Change:
-    return Change(f"UPDATE {Table.PARTIALS} SET got = ?, run = ? WHERE id = ?", (got, run, pid))
+def set_partial_got(pid: int, got: int, run: int, ts: float = 0.0, peer: str = "") -> Change:
+    """How far a partial is, when its last piece came and from which next host: the one that counts on it."""
+    return Change(f"UPDATE {Table.PARTIALS} SET got = ?, run = ?, ts = ?, peer = ? WHERE id = ?",
+                  (got, run, ts, peer, pid))
 
 
 def delete_partial(pid: int, keep_text: bool = False) -> list[Change]:
     """A partial done with: its text too, unless a list's row now names it."""
-    tables = (Table.PARTIALS,) if keep_text else (Table.PARTIALS, Table.TEXTS)
-    return [Change(f"DELETE FROM {table} WHERE id = ?", (pid,)) for table in tables]
+    out = [Change(f"DELETE FROM {Table.PARTIALS} WHERE id = ?", (pid,))]
+    if not keep_text:
+        out.append(Change(f"DELETE FROM {Table.PIECES} WHERE text = ?", (pid,)))
+    return out
+
+
+def add_forget(peer: str, from_id: str, msg_id: int, to_id: str, total: int, crc: int) -> Change:
+    """`peer` holds the start of a transfer that will not go on there: it is told so (mccs.segments.Forgets)."""
+    return Change(f"INSERT OR REPLACE INTO {Table.FORGETS} (peer, from_id, msg_id, to_id, total, crc) "
+                  "VALUES (?, ?, ?, ?, ?, ?)", (peer, from_id, msg_id, to_id, total, crc))
+
+
+def delete_forget(peer: str, from_id: str, msg_id: int) -> Change:
+    return Change(f"DELETE FROM {Table.FORGETS} WHERE peer = ? AND from_id = ? AND msg_id = ?", (peer, from_id, msg_id))
 
 
 def add_seg_done(origin: str, msg_id: int, to_id: str, total: int, crc: int, seq: int) -> Change:

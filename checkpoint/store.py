@@ -32,7 +32,8 @@ MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user
                   "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int, "crc": int,
                   "priority": int, "text": int}
 PARTIALS_SCHEMA = {"id": int, "origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "got": int,
-                   "run": int, "ts": float}
+                   "run": int, "ts": float, "peer": str}
+FORGETS_SCHEMA = {"peer": str, "from_id": str, "msg_id": int, "to_id": str, "total": int, "crc": int}
 SEG_DONE_SCHEMA = {"origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "seq": int}
 WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id": int, "data": bytes, "ttl": float,
                   "flags": int, "priority": int}
@@ -41,7 +42,9 @@ PAIR_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "expect": int}
 
 log = logging.getLogger("checkpoint.store")
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
+#: Bytes of a text a version-8 partial held, copied into one row of PIECES each (_migrate_from_8).
+PIECE_COPY = 1 << 16
 RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
 SIDE_FILES = ("-wal", "-shm")
 
@@ -69,9 +72,10 @@ class Restored:
     pairs_out: dict[tuple[str, int], int] = field(default_factory=dict)  # (destination host, priority) -> next pseq
     # (origin host, priority) -> (epoch, expected pseq)
     pairs_in: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
-    partials: list[tuple] = field(default_factory=list)  # (id, origin, msg_id, to_id, total, crc, got, run, ts)
+    partials: list[tuple] = field(default_factory=list)  # (id, origin, msg_id, to_id, total, crc, got, run, ts, peer)
     seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
     peer_epochs: dict[str, str] = field(default_factory=dict)  # neighbour -> the epoch it last signed on with
+    forgets: list[tuple] = field(default_factory=list)  # (peer, from_id, msg_id, to_id, total, crc) still to tell
 
 
 class Checkpoint:
@@ -185,17 +189,30 @@ class Checkpoint:
 
     @staticmethod
     def _create_segment_tables(db: sqlite_utils.Database) -> None:
-        db[Table.PARTIALS].create(PARTIALS_SCHEMA, pk="id")
+        db[Table.PARTIALS].create(PARTIALS_SCHEMA, pk="id", not_null={"peer"}, defaults={"peer": ""})
         db[Table.TEXTS].create({"id": int, "data": bytes}, pk="id")
         db[Table.SEND_ACKED].create({"seq": int, "acked": int, "peer": str}, pk="seq", not_null={"peer"},
                                     defaults={"peer": ""})
-        for table in (Table.SEND_LIST, Table.RECV_LIST):  # a row's long text goes with it
-            db.execute(f"CREATE TRIGGER {table}_text_deleted AFTER DELETE ON {table} WHEN old.text != 0 "
-                       f"BEGIN DELETE FROM {Table.TEXTS} WHERE id = old.text; END")
-            db.execute(f"CREATE TRIGGER {table}_text_dropped AFTER UPDATE OF text ON {table} "
-                       f"WHEN old.text != 0 AND new.text != old.text "
-                       f"BEGIN DELETE FROM {Table.TEXTS} WHERE id = old.text; END")
         db[Table.SEG_DONE].create(SEG_DONE_SCHEMA, pk=("origin", "msg_id"))
+        Checkpoint._create_piece_tables(db)
+
+    @staticmethod
+    def _create_piece_tables(db: sqlite_utils.Database) -> None:
+        """Texts received in segments, in their pieces (schema 9), and the next hosts still to tell
+        that a transfer they hold the start of will not go on there."""
+        if Table.PIECES not in db.table_names():
+            db.execute(f"CREATE TABLE {Table.PIECES} (id INTEGER PRIMARY KEY, text INTEGER NOT NULL, "
+                       "off INTEGER NOT NULL, data BLOB NOT NULL)")
+            db.execute(f"CREATE UNIQUE INDEX {Table.PIECES}_text_off ON {Table.PIECES} (text, off)")
+        if Table.FORGETS not in db.table_names():
+            db[Table.FORGETS].create(FORGETS_SCHEMA, pk=("peer", "from_id", "msg_id"))
+        for table in (Table.SEND_LIST, Table.RECV_LIST):  # a row's long text goes with it
+            drop = f"DELETE FROM {Table.TEXTS} WHERE id = old.text; DELETE FROM {Table.PIECES} WHERE text = old.text;"
+            for trigger, when in (("deleted", f"AFTER DELETE ON {table} WHEN old.text != 0"),
+                                  ("dropped", f"AFTER UPDATE OF text ON {table} WHEN old.text != 0 "
+                                              "AND new.text != old.text")):
+                db.execute(f"DROP TRIGGER IF EXISTS {table}_text_{trigger}")
+                db.execute(f"CREATE TRIGGER {table}_text_{trigger} {when} BEGIN {drop} END")
 
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
@@ -208,7 +225,7 @@ class Checkpoint:
                                   f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
         for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
                                (4, self._migrate_from_4), (5, self._migrate_from_5),
-                               (6, self._migrate_from_6), (7, self._migrate_from_7)):
+                               (6, self._migrate_from_6), (7, self._migrate_from_7), (8, self._migrate_from_8)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -295,6 +312,26 @@ class Checkpoint:
             conn.execute("BEGIN")
             if "peer" not in {r[1] for r in conn.execute(f"PRAGMA table_info({Table.SEND_ACKED})")}:
                 conn.execute(f"ALTER TABLE {Table.SEND_ACKED} ADD COLUMN peer TEXT NOT NULL DEFAULT ''")
+            conn.execute(f"UPDATE {Table.META} SET value = '8' WHERE key = 'schema_version'")
+
+    def _migrate_from_8(self, conn: sqlite3.Connection) -> None:
+        """Version 9 keeps a text received in segments in the pieces it came in (PIECES), not in room
+        made for all of it with its first piece; a partial names the next host that sends it (the
+        one that counts on it), and the next hosts still to tell that a transfer will not go on
+        there are kept (FORGETS). What a partial held is copied into pieces."""
+        with conn:
+            conn.execute("BEGIN")
+            if "peer" not in {r[1] for r in conn.execute(f"PRAGMA table_info({Table.PARTIALS})")}:
+                conn.execute(f"ALTER TABLE {Table.PARTIALS} ADD COLUMN peer TEXT NOT NULL DEFAULT ''")
+            self._create_piece_tables(_database(conn))
+            partials = conn.execute(f"SELECT p.id, p.got FROM {Table.PARTIALS} p "
+                                    f"JOIN {Table.TEXTS} t ON t.id = p.id").fetchall()
+            for pid, got in partials:
+                with conn.blobopen(Table.TEXTS, "data", pid, readonly=True) as blob:
+                    for off in range(0, got, PIECE_COPY):
+                        conn.execute(f"INSERT INTO {Table.PIECES} (text, off, data) VALUES (?, ?, ?)",
+                                     (pid, off, blob.read(min(PIECE_COPY, got - off))))
+                conn.execute(f"DELETE FROM {Table.TEXTS} WHERE id = ?", (pid,))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -310,9 +347,9 @@ class Checkpoint:
         with conn:
             conn.execute("BEGIN")
             for table in (Table.DUP_WINDOW, Table.SENT_WINDOW, Table.PAIR_IN, Table.PAIR_OUT, Table.SEND_ACKED,
-                          Table.SEG_DONE):
+                          Table.SEG_DONE, Table.FORGETS):  # (the peers drop what this host fed them: new epoch)
                 conn.execute(f"DELETE FROM {table}")
-            conn.execute(f"DELETE FROM {Table.TEXTS} WHERE id IN (SELECT id FROM {Table.PARTIALS})")
+            conn.execute(f"DELETE FROM {Table.PIECES} WHERE text IN (SELECT id FROM {Table.PARTIALS})")
             conn.execute(f"DELETE FROM {Table.PARTIALS}")
             conn.execute(f"UPDATE {Table.SEND_LIST} SET pseq = 0, epoch = '' WHERE substr(from_id, 1, 2) = ?",
                          (self.host_id,))
@@ -337,9 +374,11 @@ class Checkpoint:
                         [h for (h,) in q(f"SELECT host FROM {Table.KNOWN_HOSTS} ORDER BY host")],
                         {(d, p): n for d, p, n in q(f"SELECT dest, priority, next FROM {Table.PAIR_OUT}")},
                         _pairs_in(self.conn),
-                        q(f"SELECT id, origin, msg_id, to_id, total, crc, got, run, ts FROM {Table.PARTIALS}").fetchall(),
+                        q(f"SELECT id, origin, msg_id, to_id, total, crc, got, run, ts, peer "
+                          f"FROM {Table.PARTIALS}").fetchall(),
                         q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall(),
-                        dict(q(f"SELECT host, epoch FROM {Table.PEER_EPOCH}").fetchall()))
+                        dict(q(f"SELECT host, epoch FROM {Table.PEER_EPOCH}").fetchall()),
+                        q(f"SELECT peer, from_id, msg_id, to_id, total, crc FROM {Table.FORGETS}").fetchall())
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:
@@ -369,6 +408,8 @@ class Checkpoint:
 
     def read_blob(self, stored: Stored, offset: int, n: int) -> bytes:
         """A piece of a text kept in the file (a large message), without reading the rest."""
+        if stored.pieces:
+            return _read_pieces(self.conn, stored.rowid, offset, n)
         with self.conn.blobopen(Table.TEXTS, "data", stored.rowid, readonly=True) as blob:
             blob.seek(offset)
             return blob.read(n)
@@ -399,15 +440,29 @@ class Checkpoint:
             os.close(self._lock_fd)
 
 
+_PIECES_READ = (f"SELECT off, data FROM {Table.PIECES} WHERE text = ?1 AND off < ?3 AND off >= coalesce("
+                f"(SELECT max(off) FROM {Table.PIECES} WHERE text = ?1 AND off <= ?2), 0) ORDER BY off")
+
+
+def _read_pieces(conn: sqlite3.Connection, text: int, offset: int, n: int) -> bytes:
+    """Bytes offset..offset+n of a text kept in pieces: the piece that holds `offset` and those after it."""
+    out = bytearray()
+    for off, data in conn.execute(_PIECES_READ, (text, offset, offset + n)):
+        out += data[max(0, offset - off):offset + n - off]
+    return bytes(out)
+
+
 def _rows(conn: sqlite3.Connection, table: Table) -> list[Row]:
-    """A list's blocks in order. Texts in TEXTS stay in the file: a Stored stands for them."""
-    size = f"(SELECT length(data) FROM {Table.TEXTS} x WHERE x.id = t.text)"
+    """A list's blocks in order. Texts in TEXTS or PIECES stay in the file: a Stored stands for them."""
+    whole = f"(SELECT length(data) FROM {Table.TEXTS} x WHERE x.id = t.text)"
+    pieces = f"(SELECT sum(length(data)) FROM {Table.PIECES} x WHERE x.text = t.text)"
     out = []
-    for *r, text, size in conn.execute(f"SELECT {', '.join(f't.{c}' for c in MSGBLOK_COLUMNS)}, coalesce(a.acked, 0), "
-                                       f"coalesce(a.peer, ''), t.text, {size} FROM {table} t "
-                                       f"LEFT JOIN {Table.SEND_ACKED} a ON a.seq = t.seq ORDER BY t.seq"):
+    for *r, text, size, in_pieces in conn.execute(
+            f"SELECT {', '.join(f't.{c}' for c in MSGBLOK_COLUMNS)}, coalesce(a.acked, 0), coalesce(a.peer, ''), "
+            f"t.text, coalesce({whole}, {pieces}, 0), {whole} IS NULL FROM {table} t "
+            f"LEFT JOIN {Table.SEND_ACKED} a ON a.seq = t.seq ORDER BY t.seq"):
         row = Row(*r)
-        out.append(dataclasses.replace(row, data=Stored(text, size, row.crc)) if text else row)
+        out.append(dataclasses.replace(row, data=Stored(text, size, row.crc, bool(in_pieces))) if text else row)
     return out
 
 
@@ -514,7 +569,7 @@ def _not_the_checkpoint(path: Path, dest: Path) -> None:
 
 
 COUNTED = (Table.SEND_LIST, Table.RECV_LIST, Table.WAIT_LIST, Table.DUP_WINDOW, Table.SENT_WINDOW,
-           Table.KNOWN_HOSTS, Table.PARTIALS, Table.PEER_EPOCH)
+           Table.KNOWN_HOSTS, Table.PARTIALS, Table.FORGETS, Table.PEER_EPOCH)
 
 
 def check(path: str | os.PathLike, quick: bool = False) -> dict:

@@ -41,7 +41,7 @@ from .notices import fields
 from .pairs import Pairs
 from .receiver import Arrival, MessageReceiver
 from .routing import INFINITY, RoutingTable, encode_vector
-from .segments import Blobs
+from .segments import FORGET, Blobs, Forget, Forgets
 
 log = logging.getLogger("mccs.lines")
 
@@ -183,9 +183,11 @@ class Lines:
                  new_machine: Callable[[LineConfig], LineMachine],
                  lists: Lists, ids: MsgIds, seqs: Sequence, pairs: Pairs, routes: RoutingTable,
                  receiver: MessageReceiver, blobs: Blobs, epochs: PeerEpochs,
-                 holds: Callable[[MSGBLOK, float], bool], counters: collections.Counter, too_large_wait: float):
+                 holds: Callable[[MSGBLOK, float], bool], counters: collections.Counter, too_large_wait: float,
+                 forgets: Forgets | None = None):
         """`holds(blk, wall)`: does this origin keep the block back (its name's quota, mccs.control)?
-        `too_large_wait`: seconds a block the peer cannot take holds up those behind it (then returned)."""
+        `too_large_wait`: seconds a block the peer cannot take holds up those behind it (then returned).
+        `forgets`: those owed to next hosts, as restored (mccs.segments)."""
         self.host, self.max_message, self.blobs, self.epochs = host, max_message, blobs, epochs
         self.too_large_wait = too_large_wait
         self._now = 0.0
@@ -193,6 +195,12 @@ class Lines:
         self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
         self.pairs, self.routes, self.receiver, self.holds = pairs, routes, receiver, holds
         self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in configs}
+        self.forgets = forgets or Forgets()
+        # blocks in segments a next host holds the start of (acked_by), and the forget it gets if they do not end there
+        self.holding: dict[int, tuple[MSGBLOK, Forget]] = {}
+        for blk in self.lists.send:
+            if blk.acked and blk.acked_by:
+                self._holds(blk)
 
     def __getitem__(self, peer: str) -> LineControlBlock:
         return self.lcbs[peer]
@@ -456,7 +464,9 @@ class Lines:
         key = image.key_of(img)
         i = next((i for i, (b, _) in enumerate(lcb.active) if b.key == key), None)
         if i is None:
-            if key != (self.host, 0):  # an acknowledged routing update needs nothing more
+            if key == (self.host, 0):  # a routing update needs nothing more; a forget is told
+                self._forget_acked(lcb, img, fx)
+            else:
                 lcb.counters["stray_acks"] += 1
             return
         blk, end = lcb.active[i]
@@ -466,8 +476,10 @@ class Lines:
             if lcb.transfer is not None and lcb.transfer.blk is blk:
                 lcb.transfer.at = self._now
             if end < blk.size:
-                fx.change(ch.set_acked(blk.seq, end, lcb.peer))
+                self._holds(blk)  # (a forget still owed to it for the block is void: it holds what it acknowledged)
+                fx.change(ch.set_acked(blk.seq, end, lcb.peer), *self.forgets.done(lcb.peer, blk.from_id, blk.msg_id))
                 return
+            self.holding.pop(blk.seq, None)  # the transfer ended there
             fx.change(ch.delete_acked(blk.seq))
         self.lists.send.remove(blk)
         if blk.origin == self.host:
@@ -480,6 +492,7 @@ class Lines:
     def send(self, fx: Effects, busy: bool, wall: float) -> None:
         """After the pass's changes: acknowledge, say busy, hand blocks over, collect the bytes.
         The shell writes them only once the changes are committed."""
+        self._settle(fx)
         for lcb in self.lcbs.values():
             if lcb.must_confirm:
                 lcb.must_confirm = False
@@ -523,6 +536,7 @@ class Lines:
         """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it,
         highest priority first, each (destination, priority) stream in order, the destinations of
         one priority taking turns, while the machine has room and the wire is nearly free."""
+        self._forgets_first(lcb, fx)
         lcb.next_hand = None
         if not lcb.active:  # every frame handed is acknowledged: its bytes are out (a line faster than its baud)
             lcb.wire_free = min(lcb.wire_free, self._now)
@@ -619,13 +633,53 @@ class Lines:
             fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, **fields(blk))
         return True
 
-    @staticmethod
-    def _from_the_start(blk: MSGBLOK, fx: Effects) -> None:
+    def _from_the_start(self, blk: MSGBLOK, fx: Effects) -> None:
         """A message in segments goes to a next host that holds none of it (another route, or one
-        that started afresh): from its first byte."""
+        that started afresh): from its first byte. The one that holds its start is owed a forget."""
+        held = self.holding.pop(blk.seq, None)
+        if held is not None:
+            fx.change(*self.forgets.owe(held[1]))
         blk.acked = blk.next_off = 0
         blk.acked_by = ""
         fx.change(ch.delete_acked(blk.seq))
+
+    # -- forgets: a next host that holds part of a message that will not go on there is told so ----
+    def _holds(self, blk: MSGBLOK) -> None:
+        """blk.acked_by holds the start of the block: it gets a forget unless the block ends there."""
+        self.holding[blk.seq] = (blk, Forget(blk.acked_by, blk.from_id, blk.msg_id, blk.to_id, blk.size, blk.crc))
+
+    def _settle(self, fx: Effects) -> None:
+        """Blocks that left SEND_LIST (expired, purged, returned, sent whole by another route), became
+        voids or lost their progress while a next host held their start: that host is owed a forget,
+        stored in this pass."""
+        for seq, (blk, forget) in list(self.holding.items()):
+            if (blk.acked and blk.acked_by == forget.peer and not blk.flags & envelope.VOID
+                    and blk in self.lists.send):
+                continue
+            del self.holding[seq]
+            fx.change(*self.forgets.owe(forget))
+
+    def _forgets_first(self, lcb: LineControlBlock, fx: Effects) -> None:
+        """The forgets owed to the peer, handed once a sign-on before any segment: a message sent
+        there again goes from its first byte, after its forget. A routing peer that does not take
+        them (an older MCCS) keeps what it holds until its ttl, as before: they are not kept."""
+        if not lcb.routed:
+            return
+        if FORGET not in lcb.features:
+            fx.change(*self.forgets.drop_peer(lcb.peer))
+            return
+        for forget in self.forgets.to_hand(lcb.peer, lcb.counters["ups"]):
+            lcb.machine.send(forget.image(self.host))
+            lcb.counters["forgets_sent"] += 1
+
+    def _forget_acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
+        try:
+            m, env = envelope.unwrap(img, len(img))
+        except image.ImageError:
+            return
+        if segments.is_forget(env):
+            forget = segments.read_forget(lcb.peer, m.data)
+            fx.change(*self.forgets.done(lcb.peer, forget.from_id, forget.msg_id))
 
     def _too_long(self, lcb: LineControlBlock, blk: MSGBLOK) -> bool:
         """Does the block go in segments on this line now (it does not fit the frame size in use)?"""

@@ -13,6 +13,8 @@ from .notices import DAEMON_ROOM
 # The sign-on feature of routing lines with the 15-byte envelope (docs/ROUTING.md). "ROUTE" named
 # the 11-byte envelope of commit 89dbfdc, which is not spoken: such a peer gets direct traffic only.
 ROUTE = "ROUTE2"
+#: What a line of this daemon offers at sign-on (FEAT=): routing, and forgets of transfers (docs/ROUTING.md 2a).
+FEATURES = (ROUTE, segments.FORGET)
 
 
 class LineMachine(Protocol):
@@ -37,7 +39,7 @@ class LineMachine(Protocol):
 
 def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "") -> LineMachine:
     """The protocol's machine with every timer and limit from the config. An async line offers
-    ROUTE and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
+    FEATURES and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
     sign-on; its frames carry at most `frame_max` bytes of text, with room for the routing
     envelope and the segment trailer, which ride inside the image's MESSAGE. A BSC line offers
     the same; both offer `epoch` (EPOCH=, the host's checkpoint epoch). Whatever max_message,
@@ -55,7 +57,7 @@ def _machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
         from linedrivers import AsyncLine
         frame = min(max(max_message, DAEMON_ROOM), lc.frame_max) + envelope.SIZE + segments.SIZE
         return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
-                         features=(ROUTE,), max_message=frame, large=max_message, **common)
+                         features=FEATURES, max_message=frame, large=max_message, **common)
     # BSC offers ROUTE and LARGE= in an announcement a version-1 station drops (docs/PROTOCOL.md,
     # "BSC: features and large messages"); whole images stay up to 64 KiB, so a version-1 peer still
     # gets whole messages of that size, and segments are the machine's segment_size().
@@ -63,6 +65,6 @@ def _machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
     from linedrivers.image import HEADER_SIZE
     room = envelope.SIZE + segments.SIZE
     return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
-                   max_message=min(max(max_message, DAEMON_ROOM), 65535 - HEADER_SIZE - room) + room, features=(ROUTE,),
+                   max_message=min(max(max_message, DAEMON_ROOM), 65535 - HEADER_SIZE - room) + room, features=FEATURES,
                    large=max_message, disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout,
                    **common)

@@ -65,7 +65,9 @@ class MessageReceiver:
             src.counters["bad_images"] += 1
             log.warning("%s: dropped a bad message image from %s: %s", self.host, src.peer, e)
             return
-        if segment:
+        if segment and segments.is_forget(env):
+            self._forgotten(src, m, fx)
+        elif segment:
             self._segment(src, m, env, fx, now, wall)
         else:
             self._whole(src, m, env, fx, now, wall)
@@ -76,7 +78,7 @@ class MessageReceiver:
         changes: list = []
         try:
             seg = segments.unwrap(m.data)
-            whole = self.reassembly.arrive(m.key, m.to_id, seg, self.seqs.take, wall, changes)
+            whole = self.reassembly.arrive(m.key, m.to_id, seg, self.seqs.take, wall, changes, src.peer)
         except ValueError as e:  # a bad trailer, or segments.Refused
             src.counters["segments_refused"] += 1
             fx.change(*changes)
@@ -89,6 +91,26 @@ class MessageReceiver:
             m = Image(m.to_id, m.from_id, m.msg_id, m.user_id, whole.stored())
             self._whole(src, m, dataclasses.replace(env, flags=env.flags & ~SEGMENT), fx, now, wall)
             fx.change(*self.reassembly.finish(whole))
+
+    def _forgotten(self, src: Arrival, m: Image, fx: Effects) -> None:
+        """A forget: the next host before this one will not finish a transfer here (it went on by
+        another route, or was given up); what is held of it is dropped now, not after the ttl."""
+        try:
+            f = segments.read_forget(src.peer, m.data)
+        except ValueError as e:
+            src.counters["bad_images"] += 1
+            log.warning("%s: dropped a bad forget from %s: %s", self.host, src.peer, e)
+            return
+        src.counters["forgets"] += 1
+        p = self.reassembly.forgotten(src.peer, (host_of(f.from_id), f.msg_id), (f.to_id, f.total, f.crc))
+        if p is None:  # never started here, completed, or another sender counts on it now
+            return
+        self.counters["partials_forgotten"] += 1
+        fx.change(*self.reassembly.drop(p))
+        fx.trace("msg", "forgotten", src.peer, src.proto, bytes=p.got, total=p.total, origin=p.origin,
+                 msg_id=p.msg_id, from_id=f.from_id, to_id=p.to_id)
+        log.info("%s: dropped the partly received %s/%d (%d of %d bytes): %s will not finish it here", self.host,
+                 p.origin, p.msg_id, p.got, p.total, src.peer)
 
     def _whole(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, now: float, wall: float) -> None:
         if env is not None and env.advert:

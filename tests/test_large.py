@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import random
+import sqlite3
 
 import pytest
 
 from checkpoint import changes as ch
+from checkpoint.store import Checkpoint
 from mccs import segments
-from mccs.segments import Reassembly, Refused, Segment
+from mccs.segments import Partial, Reassembly, Refused, Segment
 from tools.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(300)
@@ -101,6 +103,22 @@ def test_a_large_message_crosses_two_hops_through_a_crash_of_the_transit_host_wi
     assert p.recv(wait=False, **{"from": "CCMCCS"})["msg"]["user_id"] == msg_id  # the delivered notice
 
 
+def _cut(net: SimNet, a: str, b: str, drop: float = 1.0) -> None:
+    """The cable between a and b is pulled (drop=1.0) or put back (drop=0.0)."""
+    for side in "ab":
+        net.channel(a, b).towards(side).imp.drop = drop
+
+
+def _kept(net: SimNet, host: str) -> dict[str, int]:
+    """What a host's checkpoint keeps of large messages: partials, their pieces, whole texts, forgets owed."""
+    q = net[host].cp.conn.execute
+    return {t: q(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("partials", "text_pieces", "texts", "forgets")}
+
+
+def _nothing_kept(net: SimNet) -> bool:
+    return not any(n for h in net.hosts for n in _kept(net, h).values())
+
+
 def _square_with_a_transfer_half_way(tmp_path, seed: int):
     """AA, BB, CC, DD in a square; AA sends DD 300,000 bytes, which go in segments by one of BB and
     CC (`first`, the other is `other`) and are more than 50,000 bytes there."""
@@ -177,6 +195,90 @@ def test_a_peer_with_a_smaller_maximum_gets_small_messages_and_the_large_one_wai
     assert net.client("BB", "R2").recv(wait=False)["msg"] is None
 
 
+# -- forgets: the next host a transfer left drops what it holds (issue 32 item 4) -----------------------------
+def test_the_host_a_transfer_left_drops_what_it_holds_once_its_line_is_back_even_after_a_restart(tmp_path):
+    """The line carrying a message in segments is lost half way; the message goes on by the other
+    route. The host that held its start is told to forget it (FEAT=FORGET) when its line is back,
+    although the sender restarted meanwhile: nothing of the message is left anywhere."""
+    net, p, first, other, big, data = _square_with_a_transfer_half_way(tmp_path, 7)
+    _cut(net, "AA", first)
+    _then_three_small_arrive_behind_it(net, p, big, data)
+    assert _kept(net, first)["partials"] == 1 and _kept(net, "AA")["forgets"] == 1
+    held = net[first].kernel.reassembly.partials
+    assert _kept(net, first)["text_pieces"] and sum(len(d) for d, in net[first].cp.conn.execute(
+        "SELECT data FROM text_pieces")) == next(iter(held.values())).got  # room only for what came
+    net["AA"].crash()  # the forget owed is in the checkpoint
+    _cut(net, "AA", first, 0.0)
+    t0 = net.now
+    assert net.run(lambda: _nothing_kept(net), duration=120), {h: _kept(net, h) for h in net.hosts}
+    assert net.now - t0 < 20
+    assert net[first].kernel.counters["partials_forgotten"] == 1
+    assert "FORGET" in net["AA"].kernel.lines[first].features
+
+
+def test_a_message_that_goes_back_to_the_host_told_to_forget_it_goes_from_its_start_and_arrives(tmp_path):
+    """AA sends BB a message in segments, its line to BB is lost half way: it goes by CC, from its
+    start. That line is lost half way too, and the one to BB is back: BB gets its forget in the
+    pass the line comes up, before the first piece again (a forget after them would drop what BB
+    acknowledged: the rest refused, the message lost). CC gets one when its line is back."""
+    net = SimNet(tmp_path, {"AA": [line("BB"), line("CC")], "BB": [line("AA"), line("CC")],
+                            "CC": [line("AA"), line("BB")]}, max_message=BIG)
+    for channel in net.channels.values():
+        for side in "ab":
+            channel.towards(side).imp.baud = 115200
+    data = random.Random(8).randbytes(300_000)
+    assert net.run(lambda: net["AA"].kernel.routes.next_hop("BB") == "BB" and net["CC"].kernel.routes.next_hop(
+        "BB") == "BB", duration=60)
+    big = net.client("AA", "P").send("BBR", data)["msg_id"]
+    for via in ("BB", "CC"):
+        assert net.run(lambda: net["AA"].kernel.lines[via].transfer is not None
+                       and net["AA"].kernel.lines[via].transfer.blk.acked > 50_000, duration=300)
+        _cut(net, "AA", via)
+    assert net.run(lambda: net["AA"].kernel.lines["CC"].state != "UP", duration=300)
+    _cut(net, "AA", "BB", 0.0)  # BB is a neighbour: the message goes on in the pass the line comes up
+    got = _recv(net, duration=300)
+    assert got["msg"]["msg_id"] == big and _data(got) == data
+    _cut(net, "AA", "CC", 0.0)
+    assert net.run(lambda: _nothing_kept(net), duration=120), {h: _kept(net, h) for h in net.hosts}
+    assert [net[h].kernel.counters["partials_forgotten"] for h in ("BB", "CC")] == [1, 1]
+    assert not net["BB"].kernel.lines["AA"].counters["segments_refused"]
+
+
+@pytest.mark.parametrize("how", ["ttl", "purge"])
+def test_a_message_given_up_half_way_is_forgotten_where_its_start_is(tmp_path, how):
+    net = _pair(tmp_path)
+    data = random.Random(9).randbytes(1 << 20)
+    msg_id = net.client("AA", "P").send("BBR", data, ttl=150)["msg_id"]
+    half = lambda: any(q.got >= len(data) // 2 for q in net["BB"].kernel.reassembly.partials.values())  # noqa
+    assert net.run(half, duration=120)
+    _cut(net, "AA", "BB")
+    if how == "purge":
+        reply = net.client("AA", None).ask({"op": "queue", "action": "purge", "msg": f"AA/{msg_id}"})
+        assert reply["ok"], reply
+    assert net.run(lambda: _kept(net, "AA")["forgets"], duration=150)  # once the line gave it back, or its ttl
+    _cut(net, "AA", "BB", 0.0)
+    assert net.run(lambda: _nothing_kept(net), duration=60), {h: _kept(net, h) for h in net.hosts}
+    assert net["BB"].kernel.counters["partials_forgotten"] == 1
+    assert net.client("BB", "R").recv(wait=False)["msg"] is None
+
+
+def test_a_next_host_without_forgets_keeps_its_partial_as_before_and_nothing_is_owed_to_it(tmp_path, monkeypatch):
+    from mccs import machine
+    net = _pair(tmp_path)
+    msg_id = net.client("AA", "P").send("BBR", random.Random(10).randbytes(1 << 20))["msg_id"]
+    assert net.run(lambda: net["BB"].kernel.reassembly.partials, duration=60)
+    _cut(net, "AA", "BB")
+    monkeypatch.setattr(machine, "FEATURES", (machine.ROUTE,))
+    net["BB"].crash()  # an MCCS of before: its lines offer no FORGET
+    monkeypatch.undo()
+    assert net.client("AA", None).ask({"op": "queue", "action": "purge", "msg": f"AA/{msg_id}"})["ok"]
+    assert net.run(lambda: _kept(net, "AA")["forgets"], duration=60)
+    _cut(net, "AA", "BB", 0.0)
+    assert net.run(lambda: not _kept(net, "AA")["forgets"], duration=60)  # not kept for a peer that cannot take it
+    assert "ROUTE2" in net["AA"].kernel.lines["BB"].features and "FORGET" not in net["AA"].kernel.lines["BB"].features
+    assert _kept(net, "BB")["partials"] == 1  # kept until its ttl, as before
+
+
 # -- the receiver's rules ----------------------------------------------------------------------------
 def _seg(data: bytes, offset: int, n: int, total: int | None = None, crc: int | None = None) -> Segment:
     return Segment(len(data) if total is None else total, offset, segments.crc_of(data) if crc is None else crc,
@@ -225,3 +327,64 @@ def test_a_completed_transfer_knows_its_resent_segments_as_duplicates():
     assert r.arrive(("AA", 7), "BBR   ", _seg(data, 2000, 1000), lambda: next(ids), 0.0, out) is None
     assert r.arrive(("AA", 7), "BBR   ", _seg(data, 0, 2000), lambda: next(ids), 0.0, out) is None
     assert out == [] and not r.partials
+
+
+def test_pieces_take_room_as_they_come_and_a_forget_drops_only_the_transfer_of_the_host_that_sent_it(tmp_path):
+    data = random.Random(11).randbytes(30_000)
+    ids = iter(range(1, 100))
+    cp = Checkpoint(tmp_path / "BB.db", "BB")
+    r = Reassembly(max_message=BIG)
+    out: list = []
+    for off in (0, 7000, 3000, 14000):  # the third is held already, in part
+        assert r.arrive(("AA", 1), "BBR   ", _seg(data, off, 7000), lambda: next(ids), 0.0, out, "AA") is None
+    assert not any("zeroblob" in c.sql for c in out)
+    cp.apply(out)
+    p = r.partials["AA", 1]
+    assert p.got == 21_000 and cp.conn.execute("SELECT sum(length(data)) FROM text_pieces").fetchone()[0] == 21_000
+    assert cp.read_blob(p.stored(), 6000, 9000) == data[6000:15000]  # across pieces
+    assert vars(Partial(*cp.restore().partials[0])) == vars(p)  # the sender that counts on it too
+    ident = ("BBR   ", len(data), segments.crc_of(data))
+    assert r.forgotten("DD", ("AA", 1), ident) is None  # another next host's word does not count
+    assert r.forgotten("AA", ("AA", 1), ("BBR   ", len(data), 5)) is None  # another transfer
+    r.arrive(("AA", 1), "BBR   ", _seg(data, 0, 7000), lambda: next(ids), 0.0, [], "DD")  # it came a second way:
+    assert r.forgotten("AA", ("AA", 1), ident) is None  # DD counts on it now
+    assert r.forgotten("DD", ("AA", 1), ident) is p
+    cp.apply(r.drop(p))
+    assert cp.conn.execute("SELECT count(*) FROM text_pieces").fetchone()[0] == 0
+    cp.close()
+
+
+def test_a_version_8_partial_moves_into_pieces_and_its_transfer_goes_on(tmp_path):
+    path = tmp_path / "BB.db"
+    Checkpoint(path, "BB").close()
+    data, got = random.Random(12).randbytes(200_000), 150_000
+    with sqlite3.connect(path) as db:  # as version 8 left it: room for the whole text with the first piece
+        for table in ("send_list", "recv_list"):
+            for trigger, when in (("deleted", f"AFTER DELETE ON {table} WHEN old.text != 0"),
+                                  ("dropped", f"AFTER UPDATE OF text ON {table} WHEN old.text != 0 "
+                                              "AND new.text != old.text")):
+                db.execute(f"DROP TRIGGER {table}_text_{trigger}")
+                db.execute(f"CREATE TRIGGER {table}_text_{trigger} {when} BEGIN DELETE FROM texts "
+                           "WHERE id = old.text; END")
+        db.execute("DROP TABLE text_pieces")
+        db.execute("DROP TABLE forgets")
+        db.execute("ALTER TABLE partials DROP COLUMN peer")
+        db.execute("INSERT INTO partials VALUES (5, 'AA', 3, 'BBR   ', ?, ?, ?, ?, 0.0)",
+                   (len(data), segments.crc_of(data), got, segments.crc_of(data[:got])))
+        db.execute("INSERT INTO texts VALUES (5, ?)", (data[:got] + bytes(len(data) - got),))
+        db.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
+    db.close()
+    cp = Checkpoint(path, "BB")
+    r = Reassembly(BIG, [Partial(*p) for p in cp.restore().partials])
+    out: list = []
+    whole = r.arrive(("AA", 3), "BBR   ", _seg(data, got, len(data)), lambda: 99, 1.0, out, "AA")
+    assert whole is not None
+    cp.apply([*out, *r.finish(whole)])
+    assert cp.read_blob(whole.stored(), 0, len(data)) == data
+    assert cp.conn.execute("SELECT count(*) FROM texts").fetchone()[0] == 0
+    cp.apply([ch.add_block(ch.Table.RECV_LIST, ch.Row(99, "BBR   ", "AAP   ", 3, 0, whole.stored(), 0.0,
+                                                     crc=whole.crc))])
+    assert cp.restore().recv_list[0].data == whole.stored()  # its size the sum of its pieces
+    cp.apply([ch.delete_block(ch.Table.RECV_LIST, 99)])  # the trigger takes the pieces with the row
+    assert cp.conn.execute("SELECT count(*) FROM text_pieces").fetchone()[0] == 0
+    cp.close()
