@@ -8,6 +8,12 @@ joins (async lines route; a BSC line joins only its two ends), while lines are d
 daemons killed with SIGKILL on a schedule. The verdict
 comes from the processes' own logs: every message whose MSG_ID was returned must arrive exactly
 once, and in order for each pair of processes.
+
+With a per-message `ttl` or `receipts`, the senders also RECV the notices their daemons send
+back, and a message may be returned: then each message sent must either arrive exactly once or
+come back exactly once as an undeliverable notice (never both, never neither), each one
+delivered with a receipt must get exactly one delivered notice, every host's WAIT, SEND and
+RECV lists must be empty at the end, and no line's `too_large` counter may be above zero.
 """
 from __future__ import annotations
 
@@ -49,8 +55,17 @@ class Options:
     timeout: float = 240.0  # for the whole run
     seed: int = 1
     dir: str | None = None  # keep everything here (configs, checkpoints, traces, logs)
+    kills: int = 0  # this many kills, the run going on until they are done (0: as long as the traffic lasts)
+    disconnects: int = 0  # this many disconnects, likewise
+    ttl: float | None = None  # seconds each message may wait on the way (None: the host's ttl)
+    receipts: bool = False  # each message asks for a delivered notice
     fault_drop_received: int = 0  # test of the verdict: receivers forget every Nth message they got
     quiet: bool = False
+
+    @property
+    def notices(self) -> bool:
+        """Do the senders RECV notices, and may a message come back undeliverable?"""
+        return self.ttl is not None or self.receipts
 
 
 TOPOLOGIES = ("chain", "ring", "star", "mesh")
@@ -99,6 +114,7 @@ class Network:
         self.vlines = Lines(str(root / "dev"), self.links, baud=opts.baud, ber=opts.ber, seed=opts.seed)
         self.daemons: dict[str, DaemonProcess] = {}
         self.procs: list[subprocess.Popen] = []
+        self.lists_asked = float("-inf")  # when settled() last asked the daemons for their lists
 
     def _protocol(self, i: int) -> str:
         if self.opts.protocol == "mixed":
@@ -131,6 +147,19 @@ class Network:
                     raise RuntimeError(f"{host} learned no route to {sorted(set(self.targets[host]) - routes)} "
                                        f"in {timeout:.0f} s")
                 time.sleep(0.2)
+
+    def settled(self, sent: dict, got: dict, f: Fates | None, now: float) -> bool:
+        """Is every message sent where it ends? Delivered; with notices (`f`), delivered or
+        returned, with its receipt if asked, and no message left on any host's SEND or RECV list
+        (asked at most every 0.5 s, once the rest holds; WAIT_LIST holds the traffic processes'
+        RECVs until they stop)."""
+        if f is None:
+            return all(got.get(k) for k in sent)
+        if not f.settled(sent, got, self.opts.receipts) or now < self.lists_asked + 0.5:
+            return False
+        self.lists_asked = now
+        lists = [_status(d).get("lists", {"send": "?"}) for d in self.daemons.values()]
+        return not any(x.get("send") or x.get("recv") for x in lists)
 
     def configs(self) -> None:
         for host in self.hosts:
@@ -166,19 +195,29 @@ class Network:
                 self.procs.append(subprocess.Popen(py + ["recv", str(self.daemons[host].config), name,
                                                          str(logs / f"{host}{name}.recv"), str(self.root / "stop"),
                                                          str(self.opts.fault_drop_received)]))
+        notices = []
+        if self.opts.ttl is not None:
+            notices += ["--ttl", str(self.opts.ttl)]
+        if self.opts.receipts:
+            notices.append("--receipt")
         for sender, targets in plans.items():
             plan = logs / f"{sender}.plan"
             plan.write_text("\n".join(targets) + "\n")
+            listen = ["--notices", str(logs / f"{sender}.notices"), str(self.root / "stop")] if notices else []
             self.procs.append(subprocess.Popen(py + ["send", str(self.daemons[host_of(sender)].config), sender[2:],
-                                                     str(logs / f"{sender}.sent"), str(plan), str(self.opts.size)]))
+                                                     str(logs / f"{sender}.sent"), str(plan), str(self.opts.size)]
+                                               + notices + listen))
 
-    def stop(self) -> None:
+    def stop_traffic(self) -> None:
         (self.root / "stop").touch()
         for p in self.procs:
             try:
                 p.wait(5)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+    def stop(self) -> None:
+        self.stop_traffic()
         for d in self.daemons.values():
             d.stop()
         self.vlines.close()
@@ -199,9 +238,80 @@ def read_logs(root: Path) -> tuple[dict, dict]:
     return sent, got
 
 
-def verdict(root: Path, planned: int, statuses: dict) -> dict:
+def read_notices(root: Path) -> dict[tuple[str, int], list[dict]]:
+    """notices[(sender, msg_id)]: the notices the sender got about its message of that MSG_ID (a
+    host reuses a MSG_ID only after 8,192 others, more than a run sends). Whole lines only: a
+    sender may be writing one."""
+    out = collections.defaultdict(list)
+    for path in sorted((root / "logs").glob("*.notices")):
+        for line in path.read_text().split("\n")[:-1]:
+            notice = json.loads(line)
+            out[(path.stem, notice.get("msg_id"))].append(notice)
+    return out
+
+
+@dataclasses.dataclass
+class Fates:
+    """What the notices say of the messages sent, keyed (sender, seq) as in read_logs."""
+    returned: collections.Counter  # undeliverable notices of each message
+    receipts: collections.Counter  # delivered notices of each message
+    reasons: collections.Counter  # undeliverable notices by their reason code
+    unknown: int  # notices about no message of theirs, not from a daemon, or not as a notice is made
+
+    def settled(self, sent: dict, got: dict, receipts: bool) -> bool:
+        """Every message delivered or returned, and each one delivered has its receipt if asked."""
+        return all(got.get(k) or self.returned[k] for k in sent) and \
+            (not receipts or all(self.receipts[k] for k in sent if got.get(k)))
+
+
+def fates(sent: dict, notices: dict) -> Fates:
+    key_of = {(sender, msg_id): (sender, seq) for (sender, seq), (msg_id, _, _) in sent.items()}
+    f = Fates(collections.Counter(), collections.Counter(), collections.Counter(), 0)
+    for (sender, msg_id), found in notices.items():
+        key = key_of.get((sender, msg_id))
+        for n in found:
+            if key is None or n["user_id"] != msg_id or not n["from_id"].endswith("MCCS") \
+                    or str(n.get("to_id", "")).rstrip() != sent[key][2] \
+                    or n["notice"] not in ("undeliverable", "delivered"):
+                f.unknown += 1
+            elif n["notice"] == "undeliverable":
+                f.returned[key] += 1
+                f.reasons[n.get("reason")] += 1
+            else:
+                f.receipts[key] += 1
+    return f
+
+
+def notice_verdict(sent: dict, got: dict, f: Fates, statuses: dict, receipts: bool) -> dict:
+    """The verdict's part for a run with notices: each message delivered once or returned once,
+    never both nor neither; a receipt exactly for each message delivered (if asked, else none); the
+    lists empty on every host (a host that did not answer its status counts as not empty); no
+    message held for a next host's maximum on any line."""
+    left = {host: {k: n for k, n in status["lists"].items() if n} if status else "no status"
+            for host, status in statuses.items()}
+    left = {host: v for host, v in left.items() if v}
+    lines = [line.get("counters", {}) for status in statuses.values() for line in status.get("lines", [])]
+    out = {"returned": sum(1 for k in sent if f.returned[k] and not got.get(k)),
+           "returned_and_delivered": sum(1 for k in sent if f.returned[k] and got.get(k)),
+           "returned_twice": sum(1 for k in sent if f.returned[k] > 1),
+           "receipts": sum(1 for k in sent if f.receipts[k] and got.get(k)),
+           "receipts_missing": sum(1 for k in sent if receipts and got.get(k) and not f.receipts[k]),
+           "receipts_twice": sum(1 for k in sent if f.receipts[k] > 1),
+           "receipts_wrong": sum(1 for k in sent if f.receipts[k] and (not receipts or not got.get(k))),
+           "notices_unknown": f.unknown, "reasons": dict(f.reasons), "left_on_lists": left,
+           "too_large": sum(c.get("too_large", 0) for c in lines),
+           "too_large_returned": sum(c.get("too_large_returned", 0) for c in lines)}
+    out["notices_ok"] = not (left or out["too_large"] or out["too_large_returned"] or f.unknown or any(
+        out[k] for k in ("returned_and_delivered", "returned_twice", "receipts_missing", "receipts_twice",
+                         "receipts_wrong")))
+    return out
+
+
+def verdict(root: Path, planned: int, statuses: dict, notices: bool = False, receipts: bool = False) -> dict:
+    """`notices`: the senders RECVed notices (a ttl or receipts): a message returned is not lost."""
     sent, got = read_logs(root)
-    lost = [k for k in sent if not got.get(k)]
+    f = fates(sent, read_notices(root)) if notices else None
+    lost = [k for k in sent if not got.get(k) and not (f and f.returned[k])]
     duplicated = [k for k, v in got.items() if len(v) > 1]
     unexpected = [k for k in got if k not in sent]  # received, but its SEND never returned
     order = collections.defaultdict(list)
@@ -217,17 +327,27 @@ def verdict(root: Path, planned: int, statuses: dict) -> dict:
             for key in ("retransmissions", "crc_errors", "timeouts", "naks"):
                 counters[key] += line.get("counters", {}).get(key, 0)
     q = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
-    return {"planned": planned, "sent": len(sent), "delivered": sum(1 for k in sent if got.get(k)),
-            "lost": len(lost), "duplicated": len(duplicated), "out_of_order": reordered,
-            "unexpected": len(unexpected),
-            "latency_p50": q[49] if q else None, "latency_p95": q[94] if q else None,
-            "latency_p99": q[98] if q else None, **counters,
-            "lost_keys": [f"{s}:{n}" for s, n in lost[:20]], "ok": not (lost or duplicated or reordered or unexpected)
-            and len(sent) == planned}
+    v = {"planned": planned, "sent": len(sent), "delivered": sum(1 for k in sent if got.get(k)),
+         "lost": len(lost), "duplicated": len(duplicated), "out_of_order": reordered,
+         "unexpected": len(unexpected),
+         "latency_p50": q[49] if q else None, "latency_p95": q[94] if q else None,
+         "latency_p99": q[98] if q else None, **counters,
+         "lost_keys": [f"{s}:{n}" for s, n in lost[:20]], "ok": not (lost or duplicated or reordered or unexpected)
+         and len(sent) == planned}
+    if f is not None:
+        v.update(notice_verdict(sent, got, f, statuses, receipts))
+        v["ok"] = v["ok"] and v.pop("notices_ok")
+    return v
 
 
 def run_network(opts: Options) -> dict:
     """Run one loopback network to the end and return its verdict (see `verdict`)."""
+    if opts.ttl is not None and not opts.ttl >= 0.1:
+        raise ValueError("--ttl must be at least 0.1 s")
+    if opts.kills < 0 or opts.disconnects < 0 or (opts.kills and not opts.kill_every) \
+            or (opts.disconnects and not opts.disconnect_every):
+        raise ValueError("--kills and --disconnects must be 0 or more, and need --kill-every and "
+                         "--disconnect-every")
     root = Path(opts.dir) if opts.dir else Path(tempfile.mkdtemp(prefix="mccs-loopback-"))
     root.mkdir(parents=True, exist_ok=True)
     net = Network(opts, root)
@@ -259,8 +379,9 @@ def run_network(opts: Options) -> dict:
                     raise RuntimeError(f"a traffic process failed: {' '.join(failed[0].args[2:5])} "
                                        f"exited with {failed[0].returncode}")
                 sent, got = read_logs(root)
-                traffic_done = len(sent) == planned
-                if traffic_done and all(got.get(k) for k in sent):
+                f = fates(sent, read_notices(root)) if opts.notices else None
+                faults_done = kills >= opts.kills and cuts >= opts.disconnects and cut is None
+                if len(sent) == planned and faults_done and net.settled(sent, got, f, now):
                     break
                 if next_kill and now >= next_kill:
                     victim = net.daemons[next(hosts_cycle)]
@@ -268,7 +389,7 @@ def run_network(opts: Options) -> dict:
                     time.sleep(rng.uniform(0.05, 0.3))
                     victim.start()
                     kills += 1
-                    next_kill = time.monotonic() + opts.kill_every
+                    next_kill = time.monotonic() + opts.kill_every if kills != opts.kills else None
                 if next_cut and now >= next_cut and cut is None:
                     cut = next(lines_cycle)
                     cut.disconnect()
@@ -276,19 +397,23 @@ def run_network(opts: Options) -> dict:
                     reconnect_at = now + opts.disconnect_for
                 if cut is not None and now >= reconnect_at:
                     cut.reconnect()
-                    cut, next_cut = None, (now + opts.disconnect_every if opts.disconnect_every else None)
+                    more = opts.disconnect_every and cuts != opts.disconnects
+                    cut, next_cut = None, (now + opts.disconnect_every if more else None)
                 if now - last_report >= 1.0:
                     last_report = now
                     delivered = sum(1 for k in sent if got.get(k))
-                    say(f"  [{now - t0:5.1f} s] sent {len(sent)}/{planned}  delivered {delivered}  "
+                    notices = f"  returned {sum(1 for k in sent if f.returned[k])}  receipts " \
+                        f"{sum(1 for k in sent if f.receipts[k])}" if f else ""
+                    say(f"  [{now - t0:5.1f} s] sent {len(sent)}/{planned}  delivered {delivered}{notices}  "
                         f"kills {kills}  disconnects {cuts}")
             if cut is not None:
                 cut.reconnect()
+            net.stop_traffic()  # first: their RECVs wait on WAIT_LIST as long as they run
             for host, d in net.daemons.items():
                 statuses[host] = _status(d)
         finally:
             net.stop()
-    result = verdict(root, planned, statuses)
+    result = verdict(root, planned, statuses, opts.notices, opts.receipts)
     result.update(elapsed=round(time.monotonic() - t0, 2), kills=kills, disconnects=cuts, dir=str(root),
                   trace_dirs=[d.cfg.trace_dir for d in net.daemons.values()])
     return result
@@ -307,6 +432,15 @@ def print_verdict(v: dict, out=sys.stdout) -> None:
     rows = [("messages planned", v["planned"]), ("sent (MSG_ID returned)", v["sent"]),
             ("delivered", v["delivered"]), ("lost", v["lost"]), ("duplicated", v["duplicated"]),
             ("out of order", v["out_of_order"]), ("delivered but never sent", v["unexpected"])]
+    if "returned" in v:  # a run with notices: "lost" is neither delivered nor returned
+        reasons = ", ".join(f"{k} {n}" for k, n in sorted(v["reasons"].items(), key=str))
+        left = "; ".join(f"{h} {x}" for h, x in v["left_on_lists"].items()) or "nothing"
+        rows += [("returned undeliverable", f"{v['returned']}" + (f" ({reasons})" if reasons else "")),
+                 ("delivered and returned", v["returned_and_delivered"]), ("returned twice", v["returned_twice"]),
+                 ("receipts (delivered notices)", v["receipts"]), ("receipts missing", v["receipts_missing"]),
+                 ("receipts twice", v["receipts_twice"]), ("receipts not due", v["receipts_wrong"]),
+                 ("notices about nothing sent", v["notices_unknown"]), ("left on lists", left),
+                 ("too_large (line counters)", v["too_large"]), ("too_large_returned", v["too_large_returned"])]
     for key in ("latency_p50", "latency_p95", "latency_p99"):
         if v.get(key) is not None:
             rows.append((f"latency {key[-3:]} (s)", f"{v[key]:.3f}"))
@@ -344,6 +478,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disconnect-for", type=float, default=d.disconnect_for, help="seconds a line stays cut")
     p.add_argument("--kill-every", type=float, default=d.kill_every,
                    help="seconds between kill -9 of a daemon, round robin, restarted at once (0: none)")
+    p.add_argument("--kills", type=int, default=d.kills,
+                   help="this many kills, the run going on until they are done (0: as long as the traffic lasts)")
+    p.add_argument("--disconnects", type=int, default=d.disconnects,
+                   help="this many line disconnects, the run going on until they are done (0: as long as the "
+                        "traffic lasts)")
+    p.add_argument("--ttl", type=float, default=argparse.SUPPRESS, metavar="S",
+                   help="each message may wait S seconds on the way, then comes back to its sender as an "
+                        "undeliverable notice (default: the host's ttl); the senders RECV their notices, and the "
+                        "verdict wants each message delivered once or returned once, never both, every list "
+                        "empty at the end and no line's too_large counter above zero")
+    p.add_argument("--receipts", action="store_true",
+                   help="each message asks for a delivered notice, which its sender RECVs; the verdict wants "
+                        "exactly one for each message delivered (and what --ttl says of notices and lists)")
     p.add_argument("--timeout", type=float, default=d.timeout, help="give up after this many seconds")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dir", default=None, help="keep configs, checkpoints, traces and logs here")
