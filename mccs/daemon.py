@@ -2,9 +2,10 @@
 
 The shell owns what the core must not: the process socket, the serial ports (their reader
 threads hand bytes to the loop), the checkpoint file, the trace files and the clock. A process
-request, bytes from a line or a timer schedules one pass; the pass's Effects are performed in
-their order: the checkpoint changes in one transaction (committed), then the trace events, the
-replies and the bytes for the lines. Nothing that depends on a change leaves before its commit.
+request, bytes from a line or a timer schedules one pass; the pass's Effects are performed by
+mccs.driver in their order: the checkpoint changes in one transaction (committed), then the trace
+events, the replies and the bytes for the lines. Nothing that depends on a change leaves before
+its commit.
 
 A pass whose commit fails (the disk is full, an I/O error) is rolled back, and the core is
 rebuilt from the checkpoint, as a restart would: connections are closed (the client library
@@ -29,11 +30,11 @@ from linedrivers.port import SerialPort
 
 from . import requests, server, service
 from .config import HostConfig, LineConfig
-from .dispatcher import stored_text
-from .effects import StartProgram
+from .driver import perform, prior
+from .effects import StartProgram, TraceEvent
 from .kernel import Kernel
 from .ipc import b64
-from .requests import Cancel, Code, Codec, Hello, RequestError, Send, SendMany, Status
+from .requests import Code, Codec, Hello, RequestError, Status
 from .trace import TraceWriter
 
 log = logging.getLogger("mccs.daemon")
@@ -129,7 +130,8 @@ class Daemon:
         srv.close()
         if not self.failed:
             self.run_pass()
-            self._write_lines(self.kernel.stop(time.monotonic()).writes)
+            for w in self.kernel.stop(time.monotonic()).writes:  # the sign-offs: nothing to commit
+                self.write_line(w.peer, w.data)
             await asyncio.sleep(0.2)  # the sign-offs leave
         for port in self.ports.values():
             port.close()
@@ -196,7 +198,7 @@ class Daemon:
                 conn.use(req.name)
                 return
             try:
-                within = self.kernel.request(conn.id, rid, req, time.monotonic(), self._prior(req))
+                within = self.kernel.request(conn.id, rid, req, time.monotonic(), prior(self.cp, req))
             except Exception as e:  # a bug: the core may be half changed, so it is rebuilt from the checkpoint
                 log.exception("%s: a request failed", self.host)
                 self._recover(f"a request failed: {e!r}", disk_full=False)
@@ -208,15 +210,6 @@ class Daemon:
             self._gather()
         else:
             self.wake()
-
-    def _prior(self, req: requests.Request):
-        """What the checkpoint says a SEND's (or a batch's) request id got: a retry after a restart."""
-        if isinstance(req, (Send, Cancel)) and req.req:
-            return self.cp.find_send_done(req.req)
-        if isinstance(req, SendMany) and req.req and self.cp.find_send_done(f"{req.req}/0"):
-            prior = [self.cp.find_send_done(f"{req.req}/{i}") for i in range(len(req.sends))]
-            return prior if all(prior) else None
-        return None
 
     def status(self) -> dict:
         s = self.kernel.status()
@@ -285,31 +278,30 @@ class Daemon:
             self._recover(f"a pass failed: {e!r}", disk_full=False)
             return
         try:
-            self.cp.apply(fx.changes)
+            perform(fx, self.cp, self)
         except CheckpointFull as e:
             self._recover(str(e), disk_full=True)
             return
         except (sqlite3.Error, ValueError, OverflowError) as e:  # ValueError, OverflowError: a value SQLite refuses
             self._recover(f"checkpoint write failed: {e!r}", disk_full=False)
             return
-        for ev in fx.traces:
-            self.trace.write(ev)
-        self.trace.flush()  # before the replies and ACKs that depend on these events
-        for reply in fx.replies:
-            conn = self.conns.get(reply.conn)
-            if conn is not None:
-                self._answer(conn, reply.body)
         self._answered = {reply.conn for reply in fx.replies} if fx.changes else set()
-        self._write_lines(fx.writes)
-        for start in fx.starts:
-            self.loop.create_task(self._run_program(start))
         if fx.changes and now - self._space_checked >= SPACE_CHECK:
             self._check_space(now)
         self._rearm(fx.deadline)
 
-    def _answer(self, conn: server.Connection, body: dict) -> None:
+    # -- the shell's part of a pass (mccs.driver.Shell) ----------------------------------------------
+    def emit_trace(self, ev: TraceEvent) -> None:
+        self.trace.write(ev)
+
+    def flush_traces(self) -> None:
+        self.trace.flush()
+
+    def send_reply(self, conn_id: int, body: dict, stored: Stored | None) -> None:
         """A reply; a large message's text is read from the checkpoint as it is written."""
-        body, stored = stored_text(body)
+        conn = self.conns.get(conn_id)
+        if conn is None:  # gone meanwhile
+            return
         if stored is None:
             conn.answer(body)
         elif conn.binary:
@@ -339,9 +331,11 @@ class Daemon:
         self.kernel.program_exited(start.pid, code, time.monotonic())
         self.wake()
 
-    def _write_lines(self, writes) -> None:
-        for w in writes:
-            self.ports[w.peer].write(w.data)
+    def write_line(self, peer: str, data: bytes) -> None:
+        self.ports[peer].write(data)
+
+    def start_program(self, start: StartProgram) -> None:
+        self.loop.create_task(self._run_program(start))
 
     # -- a failed pass, a full disk -------------------------------------------------------------
     def _recover(self, why: str, disk_full: bool) -> None:

@@ -111,6 +111,20 @@ def test_a_failed_commit_sends_no_reply_and_a_retry_stores_once(alone):
     assert host.kernel.status()["lists"]["recv"] == 1
 
 
+def test_the_simulator_runs_the_daemons_driver_traces_and_a_batch_retried_after_a_crash(alone):
+    """tools/hostsim performs a pass through mccs.driver, as the daemon does: the trace events
+    are kept in order, and a send_many asked again after a crash finds what it got (stored once)."""
+    host = alone["AA"]
+    p = host.client("P")
+    batch = {"op": "send_many", "req": "b1", "msgs": [{"to": "AAR", "data": "eA=="}, {"to": "AAR", "data": "eQ=="}]}
+    first = p.ask(batch)["msg_ids"]
+    kinds = [ev.kind for ev in host.traces if ev.type == "msg"]
+    assert kinds == ["accepted", "received", "accepted", "received"] and len(first) == 2
+    host.crash()
+    assert host.client("P").ask(batch)["msg_ids"] == first  # the retry lookup of the daemon
+    assert host.kernel.status()["lists"]["recv"] == 2
+
+
 def test_durable_before_ack_a_receiver_crash_before_its_commit_loses_nothing(pair):
     aa, bb = pair["AA"], pair["BB"]
     pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)

@@ -3,8 +3,10 @@
 A `SimNet` runs hosts on a virtual clock (its wall clock a real date, WALL0 on: what the
 daemons stamp, such as a notice's time, is as long as in use); each host is a Kernel with a real checkpoint file
 (synchronous off: a test is not a power cut) whose pass effects are performed as the daemon
-performs them: changes applied and committed, then replies delivered to the simulated
-processes, then bytes written to in-memory lines (`mccs.testbed.linesim.Channel`, with impairments).
+performs them, through the daemon's own driver (mccs.driver): changes applied and committed,
+then trace events kept (`SimHost.traces`), replies delivered to the simulated processes, bytes
+written to in-memory lines (`mccs.testbed.linesim.Channel`, with impairments), programs to start
+recorded (`SimHost.starts`).
 `crash()` throws a host's memory away, uncommitted effects and all, and restores it from its
 checkpoint, as kill -9 and a restart would. No threads, no sockets, no real time.
 
@@ -19,10 +21,11 @@ import itertools
 from pathlib import Path
 
 from checkpoint.store import Checkpoint
+from checkpoint.changes import Stored
 from mccs import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
-from mccs.dispatcher import stored_text
-from mccs.effects import Effects
+from mccs.driver import perform, prior
+from mccs.effects import Effects, StartProgram, TraceEvent
 from mccs.kernel import Kernel
 from mccs.sessions import Creds
 
@@ -44,6 +47,8 @@ class SimHost:
         self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
         self.passes: list[Effects] = []  # every pass's effects, oldest first
+        self.traces: list[TraceEvent] = []  # every trace event written, oldest first
+        self.starts: list[StartProgram] = []  # every program the daemon would have started
         self.fail_next_commit = False
         self.crash_when = None  # a predicate of a pass's Effects: crash instead of committing that pass
         self._conns = itertools.count(1)
@@ -65,15 +70,26 @@ class SimHost:
         if self.fail_next_commit:  # the commit failed: nothing after it leaves the host
             self.fail_next_commit = False
             return fx
-        self.cp.apply(fx.changes)
-        for reply in fx.replies:  # a large message's text read from the checkpoint, as the daemon does
-            body, stored = stored_text(reply.body)
-            if stored is not None:
-                body["msg"]["data"] = _b64(self.cp.read_blob(stored, 0, stored.size))
-            self.inbox.setdefault(reply.conn, []).append(body)
-        for w in fx.writes:
-            self.net.write(self.id, w.peer, w.data)
+        perform(fx, self.cp, self)
         return fx
+
+    # -- the simulated shell (mccs.driver.Shell) ------------------------------------------------------
+    def emit_trace(self, ev: TraceEvent) -> None:
+        self.traces.append(ev)
+
+    def flush_traces(self) -> None:
+        pass  # kept in memory: nothing to flush
+
+    def send_reply(self, conn: int, body: dict, stored: Stored | None) -> None:
+        if stored is not None:  # a large message's text, read from the checkpoint as the daemon does
+            body["msg"]["data"] = _b64(self.cp.read_blob(stored, 0, stored.size))
+        self.inbox.setdefault(conn, []).append(body)
+
+    def write_line(self, peer: str, data: bytes) -> None:
+        self.net.write(self.id, peer, data)
+
+    def start_program(self, start: StartProgram) -> None:
+        self.starts.append(start)
 
     def crash(self) -> None:
         """kill -9 and a restart: memory gone, the checkpoint as of the last commit."""
@@ -115,10 +131,7 @@ class SimClient:
         except requests.RequestError as e:
             self.host.kernel.refuse(self.conn, rid, e)
             return rid
-        prior = None
-        if isinstance(req, (requests.Send, requests.Cancel)) and req.req:
-            prior = self.host.cp.find_send_done(req.req)
-        self.host.kernel.request(self.conn, rid, req, self.host.net.now, prior)
+        self.host.kernel.request(self.conn, rid, req, self.host.net.now, prior(self.host.cp, req))
         return rid
 
     def reply(self, rid: int) -> dict | None:
