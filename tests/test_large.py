@@ -20,9 +20,12 @@ pytestmark = pytest.mark.timeout(300)
 BIG = 16 << 20
 
 
-def _pair(tmp_path, baud: int = 115200, ber: float = 0.0, a_max: int = BIG, b_max: int = BIG, **keys) -> SimNet:
-    net = SimNet(tmp_path, {"AA": [line("BB", baud=baud, **keys)], "BB": [line("AA", baud=baud, **keys)]},
-                 max_message=a_max)
+def _pair(tmp_path, baud: int = 115200, ber: float = 0.0, a_max: int = BIG, b_max: int = BIG, bsc: bool = False,
+          **keys) -> SimNet:
+    """AA and BB on an async line, or a BSC one (`bsc`: AA the primary)."""
+    ends = [dict(protocol="bsc", role=role) if bsc else {} for role in ("primary", "secondary")]
+    net = SimNet(tmp_path, {"AA": [line("BB", baud=baud, **ends[0], **keys)],
+                            "BB": [line("AA", baud=baud, **ends[1], **keys)]}, max_message=a_max)
     net["BB"].cfg.max_message = b_max
     if b_max != a_max:  # BB signs on with its own maximum
         net["BB"].cfg.check()
@@ -244,9 +247,9 @@ def test_a_message_that_goes_back_to_the_host_told_to_forget_it_goes_from_its_st
     assert not net["BB"].kernel.lines["AA"].counters["segments_refused"]
 
 
-@pytest.mark.parametrize("how", ["ttl", "purge"])
-def test_a_message_given_up_half_way_is_forgotten_where_its_start_is(tmp_path, how):
-    net = _pair(tmp_path)
+@pytest.mark.parametrize("how, protocol", [("ttl", "async"), ("purge", "async"), ("purge", "bsc")])
+def test_a_message_given_up_half_way_is_forgotten_where_its_start_is(tmp_path, how, protocol):
+    net = _pair(tmp_path, bsc=protocol == "bsc")
     data = random.Random(9).randbytes(1 << 20)
     msg_id = net.client("AA", "P").send("BBR", data, ttl=150)["msg_id"]
     half = lambda: any(q.got >= len(data) // 2 for q in net["BB"].kernel.reassembly.partials.values())  # noqa
