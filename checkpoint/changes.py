@@ -197,9 +197,11 @@ def delete_seg_done(origin: str, msg_id: int) -> Change:
     return Change(f"DELETE FROM {Table.SEG_DONE} WHERE origin = ? AND msg_id = ?", (origin, msg_id))
 
 
-def set_void(table: Table, seq: int, flags: int) -> Change:
-    """An expired block that keeps its place in its pair's order: its text goes, it never expires."""
-    return Change(f"UPDATE {table} SET data = x'', text = 0, expires = 0, flags = ? WHERE seq = ?", (flags, seq))
+def set_void(table: Table, seq: int, flags: int, data: bytes = b"", expires: float = 0.0) -> Change:
+    """An expired block that keeps its place in its pair's order: its text goes (a void's text is
+    at most the reason code of the notice it owes, mccs.notices), and its own expiry."""
+    return Change(f"UPDATE {table} SET data = ?, text = 0, expires = ?, flags = ? WHERE seq = ?",
+                  (data, expires, flags, seq))
 
 
 def set_flags(table: Table, seq: int, flags: int) -> Change:

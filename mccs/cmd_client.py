@@ -38,7 +38,8 @@ def add_send_arguments(p: argparse.ArgumentParser) -> None:
                         "default: wait while the daemon's buffers are full, as long as the daemon answers")
     p.add_argument("--ttl", type=_seconds, default=None, metavar="S",
                    help="the message may wait on the way at most S seconds, then it is removed and an "
-                        "undeliverable notice comes back from the host where it waited (default: [host] ttl)")
+                        "undeliverable notice comes back (from its destination, or from its origin if it never "
+                        "left it) (default: [host] ttl)")
     p.add_argument("--receipt", action="store_true",
                    help="ask for a delivered notice once the destination process has taken the message; "
                         "notices arrive as messages from HHMCCS (receive them with 'mccs recv')")
@@ -404,7 +405,7 @@ def wait_delivered(client: Client, to_id: str, msg_id: int, tty: bool, poll: flo
     bar = Progress(f"delivering MSG_ID {msg_id}") if tty else None
     while True:
         status = client.status()
-        # the delivered notice comes from the destination, an undeliverable one from where it waited
+        # a notice comes from the destination, or an undeliverable one from this host or where its void waited
         hosts = [to_id[:2], host, *(r["to"] for r in status.get("routes", []))]
         notice = client.recv(f"{to_id[:2]}MCCS", msg_id, wait=True, timeout=poll)
         for h in hosts[1:]:

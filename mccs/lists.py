@@ -166,6 +166,10 @@ class SendList:
         if blk.expires:
             heapq.heappush(self._expiring, (blk.expires, blk.seq, blk.dest))
 
+    def expire_at(self, blk: MSGBLOK) -> None:
+        """A block here got a new expiry (a void that owes a notice, mccs.notices)."""
+        heapq.heappush(self._expiring, (blk.expires, blk.seq, blk.dest))
+
     def expired(self, wall: float) -> list[MSGBLOK]:
         """Blocks still here whose time has passed and that no line holds. One a line holds is
         looked at again a second later: if its acknowledgement comes, it has left."""

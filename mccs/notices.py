@@ -14,8 +14,18 @@ bytes whatever its max_message (mccs.machine), and a peer of an earlier version 
 max_message, which DAEMON_ROOM is. `REASONS` says what each code means, for people.
 
 A message that already has its end-to-end number (PSEQ) may have a successor on the way whose
-delivery waits for it; it is therefore not dropped but turned into a VOID: no text, no ttl, the
+delivery waits for it; it is therefore not dropped but turned into a VOID: no message text, the
 same place in the (origin, destination) order. It travels on, and the destination skips it.
+
+Who tells the sender: a numbered message has left its origin, and a copy of it may be elsewhere
+(an acknowledgement lost to a cut or a kill, a route that moved): it may even have been delivered.
+So the host that gives it up makes no notice; its void carries the reason code as its text
+(`ttl`, `too large`, `purged`), and the *destination* makes the notice when the void takes the
+message's place there, which it does only if the message itself never came (else the void is a
+duplicate and dropped). Each message is so delivered once or returned once, never both. If the
+void itself cannot reach the destination within a further ttl, the host where it waits then makes
+the notice. An unnumbered message never left its origin: the origin tells at once. A message that
+met the hop limit (a routing loop) is told at once where it met it, its void owing nothing.
 """
 from __future__ import annotations
 
@@ -61,6 +71,14 @@ def notice_text(kind: str, msg_id: int, to_id: str, reason: str, wall: float) ->
                       separators=(",", ":")).encode()
 
 
+def owed(void: MSGBLOK) -> str:
+    """The reason code a void carries when its message's undeliverable notice is still to be made
+    ("" if none: a void of a notice or a reply, one told already, or one from an older MCCS)."""
+    text = bytes(void.data) if void.flags & VOID and isinstance(void.data, (bytes, bytearray, memoryview)) else b""
+    reason = text.decode("ascii", "replace")
+    return reason if reason in REASONS else ""
+
+
 def describe(notice: dict, host: str) -> str:
     """A notice for people: its kind and what its reason code means (`host`: where it was made)."""
     reason = notice.get("reason", "")
@@ -74,26 +92,34 @@ class Notices:
         self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
 
     def expire(self, fx: Effects, wall: float) -> None:
-        """Every block on SEND_LIST whose time has passed, in the pass."""
+        """Every block on SEND_LIST whose time has passed, in the pass; a void whose destination
+        did not take its place within a further ttl owes its notice no longer: it is made here."""
         for blk in self.lists.send.expired(wall):
-            self.drop(fx, blk, "ttl", wall)
+            if blk.flags & VOID:
+                self.settle(fx, blk, wall)
+                fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags))
+            else:
+                self.drop(fx, blk, "ttl", wall)
 
     def drop(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> None:
         """A block leaves SEND_LIST undelivered, its sender told; a numbered one stays as a VOID."""
         if self.returned(fx, blk, why, wall):
-            fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags))
+            fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags, blk.data, blk.expires))
+            if blk.expires:
+                self.lists.send.expire_at(blk)
         else:
             self.lists.send.remove(blk)
             if blk.origin == self.host:
                 self.ids.release(blk.msg_id)
             fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
 
-    def undeliverable(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> None:
-        """A message that will not be delivered: traced, and its sender told (a notice, a void or
-        a reply gets no notice of its own). `why` is a code of REASONS, in the trace and the notice."""
+    def undeliverable(self, fx: Effects, blk: MSGBLOK, why: str, wall: float, tell: bool = True) -> None:
+        """A message that will not be delivered: traced, and (`tell`) its sender told (a notice,
+        a void or a reply gets no notice of its own). `why` is a code of REASONS, in the trace and
+        the notice."""
         self.counters[why if why in ("purged", "discarded", "too large") else "expired"] += 1
         fx.trace("msg", "expired", reason=why, hops=blk.hops, **fields(blk))
-        if not blk.flags & (NOTICE | VOID | REPLY):
+        if tell and not blk.flags & (NOTICE | VOID | REPLY):
             self._notice(fx, blk, "undeliverable", why, wall)
 
     def untaken(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> None:
@@ -106,12 +132,27 @@ class Notices:
 
     def returned(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> bool:
         """A message that will not be delivered, turned into a VOID if its place in the order
-        must be kept (True: it goes on as a void)."""
-        self.undeliverable(fx, blk, why, wall)
-        if not blk.pseq or blk.flags & VOID:
+        must be kept (True: it goes on as a void). A numbered one's void owes its notice to the
+        destination (module docstring), unless it met the hop limit."""
+        if blk.flags & VOID:  # a void met the hop limit: what it owes is told here
+            self.undeliverable(fx, blk, why, wall)
+            self.settle(fx, blk, wall)
             return False
-        blk.data, blk.expires, blk.flags = b"", 0.0, VOID
+        owed = bool(blk.pseq) and why != "hop limit" and not blk.flags & (NOTICE | REPLY)
+        self.undeliverable(fx, blk, why, wall, tell=not owed)
+        if not blk.pseq:
+            return False
+        blk.data, blk.expires, blk.flags = (why.encode(), wall + self.ttl, VOID) if owed else (b"", 0.0, VOID)
         return True
+
+    def settle(self, fx: Effects, void: MSGBLOK, wall: float) -> None:
+        """A void whose message's notice is owed (its text, a reason code) and now made here:
+        at the destination, as it takes the message's place; elsewhere, when it cannot get there."""
+        reason = owed(void)
+        if reason:
+            self.counters["returned_by_void"] += 1
+            self._notice(fx, void, "undeliverable", reason, wall)
+        void.data, void.expires = b"", 0.0
 
     def delivered(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:
         """Its process confirmed the RECV of a message sent with `receipt`."""

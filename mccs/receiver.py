@@ -156,6 +156,7 @@ class MessageReceiver:
         for ready_blk in ready:
             if ready_blk.flags & VOID:  # expired on the way: its place is passed, nothing to take
                 self.counters["voids"] += 1
+                self.notices.settle(fx, ready_blk, wall)  # the message never came: its sender is told
                 fx.change(ch.delete_block(Table.RECV_LIST, ready_blk.seq))
             else:
                 self._deliver(ready_blk, fx, wall)

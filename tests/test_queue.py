@@ -9,6 +9,7 @@ import random
 import pytest
 
 from mccs.lines import LineState, Recent
+from mccs.notices import owed
 from mccs.queue import select
 from mccs.requests import RequestError, parse_ref
 from tools.hostsim import SimNet, line
@@ -169,7 +170,8 @@ def test_purging_a_large_message_in_transfer_corrupts_nothing(tmp_path):
     assert reply["pending"] == [f"AA/{msg_id}"]  # a segment is with the line: purged once it is back
     assert _entries(net, "AA")[f"AA/{msg_id}"]["state"] == "purging"
     assert net.run(lambda: not aa.kernel.lists.send, duration=30)
-    assert _notice(p, "AA")["msg_id"] == msg_id
+    # it had left with its number, so its void goes on and BB, where it never came whole, tells
+    assert net.run(lambda: _notice(p, "BB"), duration=30)["msg_id"] == msg_id and _notice(p, "AA") is None
     assert aa.cp.conn.execute("SELECT count(*) FROM texts").fetchone()[0] == 0
     assert aa.cp.conn.execute("SELECT count(*) FROM send_acked").fetchone()[0] == 0
     after = p.send("BBR", b"next")["msg_id"]  # the line goes on with the next message
@@ -233,8 +235,10 @@ def test_a_message_the_line_holds_is_purged_when_the_line_gives_it_back(pair):
     assert _entries(pair, "AA")[f"AA/{purged}"]["state"] == "purging"
     assert _queue(pair, "AA", "purge", msg=str(purged))["code"] == "not_purged"
     assert pair.run(lambda: aa.kernel.lines["BB"].state is not LineState.UP, duration=60)
-    assert pair.run(lambda: _notice(p, "AA"), duration=5)["msg_id"] == purged
     left = _entries(pair, "AA")
     assert left[f"AA/{kept}"]["state"] == "waiting" and left[f"AA/{kept}"]["size"] == 4
-    # it had left on a routing line with its end-to-end number: a void keeps its place for BB's order
-    assert (left[f"AA/{purged}"]["kind"], left[f"AA/{purged}"]["size"]) == ("void", 0)
+    # it had left on a routing line with its end-to-end number, so BB may have it: a void keeps its
+    # place for BB's order and owes the notice, which BB makes if the message never came there
+    assert left[f"AA/{purged}"]["kind"] == "void" and _notice(p, "AA") is None
+    void = next(b for b in aa.kernel.lists.send if b.msg_id == purged)
+    assert owed(void) == "purged" and void.expires > 0  # told here if BB does not take it within a ttl

@@ -189,9 +189,10 @@ def test_purging_a_large_message_in_transfer_corrupts_nothing(tmp_path):
                 time.sleep(0.1)
             done = _queue(a, "purge", f"AA/{msg_id}")
             assert done.returncode == 0 and f"AA/{msg_id}: purg" in done.stdout, done.stderr
-            about = json.loads(p.recv(from_id="AAMCCS", user_id=msg_id, timeout=20).data)
-            assert about["notice"] == "undeliverable"
-            assert p.recv(from_id="AAMCCS", wait=False) is None  # carries the notice's confirm
+            # it had left with its number: its void goes on, and BB, where it never came whole, tells
+            about = json.loads(p.recv(from_id="BBMCCS", user_id=msg_id, timeout=20).data)
+            assert (about["notice"], about["reason"]) == ("undeliverable", "purged")
+            assert p.recv(from_id="", wait=False) is None  # one notice; carries its confirm
             assert _entries(a) == {}
             after = p.send("BBR", b"next")  # the line goes on
             got = r.recv(timeout=30)

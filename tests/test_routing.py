@@ -255,10 +255,12 @@ def test_a_message_that_outlives_its_ttl_at_a_transit_host_comes_back_undelivera
     src = net.client("AA", "S")
     msg_id = src.send("CCR", b"late", ttl=5)["msg_id"]
     assert net.run(lambda: net["BB"].kernel.counters["forwarded"], duration=10)
-    n = _notice(src.recv(from_id="BBMCCS", timeout=60))  # once the line to CC is found down
-    assert (n["notice"], n["msg_id"], n["user_id"], n["to_id"].rstrip()) == ("undeliverable", msg_id, msg_id, "CCR")
-    assert "ttl" in n["reason"] and n["from_id"] == "BBMCCS"
+    assert net.run(lambda: net["BB"].kernel.counters["expired"], duration=60)  # once its ttl passed at BB
+    assert src.recv(timeout=5)["msg"] is None  # no notice from BB: a copy may have reached CC before the cut
     net.channel("BB", "CC").reconnect()
+    n = _notice(src.recv(from_id="CCMCCS", timeout=60))  # CC, where its void took its place, tells
+    assert (n["notice"], n["msg_id"], n["user_id"], n["to_id"].rstrip()) == ("undeliverable", msg_id, msg_id, "CCR")
+    assert n["reason"] == "ttl" and n["from_id"] == "CCMCCS"
     src.send("CCR", b"after")
     dst = net.client("CC", "R")
     assert base64.b64decode(_drain(dst, 1, net)[0]) == b"after"  # the void kept its place: nothing waits for it
@@ -344,9 +346,10 @@ def test_a_ttl_expiry_at_a_transit_host_is_told_and_stops_nothing_with_every_def
     net.channel("BB", "CC").disconnect()
     src, dst = net.client("AA", "S"), net.client("CC", "R")
     late = src.send("CCR", b"late", ttl=2, receipt=True)["msg_id"]
-    n = _notice(src.recv(from_id="BBMCCS", timeout=60))
-    assert (n["notice"], n["msg_id"], n["reason"]) == ("undeliverable", late, "ttl")
+    assert net.run(lambda: net["BB"].kernel.counters["expired"], duration=60)
     net.channel("BB", "CC").reconnect()
+    n = _notice(src.recv(from_id="CCMCCS", timeout=60))  # its void took its place at CC
+    assert (n["notice"], n["msg_id"], n["reason"]) == ("undeliverable", late, "ttl")
     for i in range(6):
         src.send("CCR", b"%d" % i, receipt=True)
     assert [base64.b64decode(x) for x in _drain(dst, 6, net)] == [b"%d" % i for i in range(6)]
@@ -392,3 +395,35 @@ def test_a_host_with_a_small_max_message_still_takes_and_passes_on_notices(tmp_p
     notices = [_notice(src.recv(from_id="CCMCCS", timeout=30)) for _ in ids]
     assert sorted(n["msg_id"] for n in notices) == sorted(ids) and {n["reason"] for n in notices} == {"taken"}
     assert not any(lcb.counters["too_large"] for h in net.hosts.values() for lcb in h.kernel.lines.lcbs.values())
+
+
+def test_a_message_delivered_whose_acknowledgement_was_lost_is_never_also_returned(tmp_path):
+    """AA's message reaches BB and is delivered, but BB's acknowledgement is lost (its way back is
+    cut): AA's copy passes its ttl. Its void goes to BB, which had the message: no notice, ever."""
+    net = _net(tmp_path, ["AA-BB"])
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state == "UP", duration=10)
+    net.channel("AA", "BB").towards("a").connected = False  # what BB writes to AA is lost
+    src, dst = net.client("AA", "S"), net.client("BB", "R")
+    msg_id = src.send("BBR", b"once", ttl=3, receipt=True)["msg_id"]
+    assert dst.recv(timeout=10)["msg"]["msg_id"] == msg_id
+    assert net.run(lambda: net["AA"].kernel.counters["expired"], duration=120)  # AA never heard: it gave up
+    net.channel("AA", "BB").towards("a").connected = True
+    assert net.run(lambda: not net["AA"].kernel.lists.send, duration=120)  # the void went, BB dropped it
+    got = [_notice(src.recv(timeout=30))]
+    assert [(n["notice"], n["msg_id"]) for n in got] == [("delivered", msg_id)]  # its receipt, nothing else
+    assert src.recv(timeout=30)["msg"] is None and net["BB"].kernel.counters["returned_by_void"] == 0
+
+
+def test_a_void_that_cannot_reach_its_destination_within_a_further_ttl_is_told_where_it_waits(tmp_path):
+    """The destination stays away: the void's own ttl (the host's) passes at the transit host,
+    which makes the notice then, once; the void keeps its place for when the destination returns."""
+    net = _net(tmp_path, ["AA-BB", "BB-CC"], ttl=20)
+    assert net.run(lambda: _routes_converged(net), duration=30)
+    net.channel("BB", "CC").disconnect()
+    src = net.client("AA", "S")
+    msg_id = src.send("CCR", b"away", ttl=2)["msg_id"]
+    n = _notice(src.recv(timeout=60))  # after its ttl (2 s), then its void's (the host's, 20 s)
+    assert (n["notice"], n["msg_id"], n["reason"], n["from_id"]) == ("undeliverable", msg_id, "ttl", "BBMCCS")
+    net.channel("BB", "CC").reconnect()
+    assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=60)
+    assert net["CC"].kernel.counters["voids"] == 1 and src.recv(timeout=10)["msg"] is None  # told once

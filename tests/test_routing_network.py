@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import mccs
-from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, wait_until, write_config
 from mccs.testbed.loopback import Options, run_network, timers
 from mccs.testbed.vserial import Lines
 
@@ -218,18 +218,20 @@ def test_a_ring_carries_round_the_other_way_while_a_line_is_cut_and_comes_back_w
 @pytest.mark.timeout(120)
 def test_a_ttl_expiry_at_a_transit_host_is_told_back_and_stops_nothing_with_every_default(tmp_path):
     """Issue 32 item 1, the adversarial run: AA-BB-CC with every default host key (max_message
-    128), BB-CC cut, a message with ttl 2 expires at BB. Its notice reaches AA across a line, and
-    the messages sent after it all reach CC with their receipts (the notice was once 131 bytes and
-    held everything behind it)."""
+    128), BB-CC cut, a message with ttl 2 expires at BB. Its void goes on when the line is back
+    and CC's notice reaches AA across two lines, and the messages sent after it all reach CC with
+    their receipts (the notice was once 131 bytes and held everything behind it)."""
     with _network(tmp_path, ["AA-BB", "BB-CC"]) as (d, vl):
         _wait_route(d["AA"], "CC")
         _wait_route(d["CC"], "AA")
         vl.lines["BB-CC"].disconnect()
         with mccs.connect(d["AA"].config, "S") as s:
             late = s.send("CCR", b"late", ttl=2)
-            (f, n), = _notices(s, 1)
-            assert (f, n["notice"], n["msg_id"], n["reason"]) == ("BBMCCS", "undeliverable", late, "ttl"), n
+            with mccs.connect(d["BB"].config, None) as admin:  # its ttl passes while it waits at BB
+                wait_until(lambda: admin.status()["counters"].get("expired"), 60, "the message expired at BB")
             vl.lines["BB-CC"].reconnect()
+            (f, n), = _notices(s, 1)
+            assert (f, n["notice"], n["msg_id"], n["reason"]) == ("CCMCCS", "undeliverable", late, "ttl"), n
             ids = [s.send("CCR", b"%d" % i, receipt=True) for i in range(6)]
             with mccs.connect(d["CC"].config, "R") as r:
                 assert [r.recv(timeout=60).data for _ in ids] == [b"%d" % i for i in range(6)]
