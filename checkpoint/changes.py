@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -24,7 +24,7 @@ class Table(StrEnum):
     KNOWN_HOSTS = "known_hosts"  # every host ever learned by routing: a SEND to it is accepted and waits
     PAIR_OUT = "pair_out"  # per destination host and priority: the next end-to-end sequence number of this origin
     PAIR_IN = "pair_in"  # per origin host and priority: its epoch and the next end-to-end sequence number expected
-    PARTIALS = "partials"  # large messages being received: how far each is (mccs.segments)
+    PARTIALS = "partials"  # large messages being received: how far each is (mccs.core.segments)
     TEXTS = "texts"  # texts over INLINE_MAX made here, in one row (a list's row names it in `text`)
     PIECES = "text_pieces"  # texts received in segments: the pieces as they came (a list's row names them in `text`)
     FORGETS = "forgets"  # transfers a next host holds the start of and will not get the rest of: to tell it
@@ -72,7 +72,7 @@ class Row:
     pseq: int = 0  # end-to-end sequence number of (origin, destination); 0: none yet
     epoch: str = ""  # the origin checkpoint's epoch, with pseq
     expires: float = 0.0  # wall-clock time at this host after which it no longer waits; 0: never
-    flags: int = 0  # mccs.envelope's RECEIPT, NOTICE, VOID
+    flags: int = 0  # mccs.core.envelope's RECEIPT, NOTICE, VOID
     crc: int = 0  # CRC-32 of a text longer than one frame (it goes in segments); 0 otherwise
     priority: int = 0  # 0 to 7: higher goes first
     acked: int = 0  # SEND_LIST: bytes of it the next host holds (a transfer in segments resumes there;
@@ -179,7 +179,7 @@ def delete_partial(pid: int, keep_text: bool = False) -> list[Change]:
 
 
 def add_forget(peer: str, from_id: str, msg_id: int, to_id: str, total: int, crc: int) -> Change:
-    """`peer` holds the start of a transfer that will not go on there: it is told so (mccs.segments.Forgets)."""
+    """`peer` holds the start of a transfer that will not go on there: it is told so (mccs.core.segments.Forgets)."""
     return Change(f"INSERT OR REPLACE INTO {Table.FORGETS} (peer, from_id, msg_id, to_id, total, crc) "
                   "VALUES (?, ?, ?, ?, ?, ?)", (peer, from_id, msg_id, to_id, total, crc))
 
@@ -199,7 +199,7 @@ def delete_seg_done(origin: str, msg_id: int) -> Change:
 
 def set_void(table: Table, seq: int, flags: int, data: bytes = b"", expires: float = 0.0) -> Change:
     """An expired block that keeps its place in its pair's order: its text goes (a void's text is
-    at most the reason code of the notice it owes, mccs.notices), and its own expiry."""
+    at most the reason code of the notice it owes, mccs.core.notices), and its own expiry."""
     return Change(f"UPDATE {table} SET data = ?, text = 0, expires = ?, flags = ? WHERE seq = ?",
                   (data, expires, flags, seq))
 
@@ -250,7 +250,7 @@ def delete_key(table: Table, host: str, msg_id: int) -> Change:
 
 
 def delete_keys(table: Table, host: str) -> Change:
-    """Every key of one host: its checkpoint was started afresh (mccs.epochs)."""
+    """Every key of one host: its checkpoint was started afresh (mccs.core.epochs)."""
     return Change(f"DELETE FROM {table} WHERE host = ?", (host,))
 
 
@@ -270,3 +270,24 @@ def set_pair_out(dest: str, priority: int, next_pseq: int) -> Change:
 def set_pair_in(origin: str, priority: int, epoch: str, expect: int) -> Change:
     return Change(f"INSERT OR REPLACE INTO {Table.PAIR_IN} (origin, priority, epoch, expect) VALUES (?, ?, ?, ?)",
                   (origin, priority, epoch, expect))
+
+
+@dataclass
+class Restored:
+    """Everything the lists held at the last commit."""
+    send_list: list[Row]
+    recv_list: list[Row]
+    wait_list: list[PendingSend]
+    next_msg_id: int
+    next_seq: int
+    dup_keys: list[tuple[str, int]]  # (origin, MSG_ID) received, oldest first
+    sent_keys: list[tuple[str, int]]  # (destination host, MSG_ID) sent, oldest first
+    epoch: str
+    known_hosts: list[str] = field(default_factory=list)
+    pairs_out: dict[tuple[str, int], int] = field(default_factory=dict)  # (destination host, priority) -> next pseq
+    # (origin host, priority) -> (epoch, expected pseq)
+    pairs_in: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
+    partials: list[tuple] = field(default_factory=list)  # (id, origin, msg_id, to_id, total, crc, got, run, ts, peer)
+    seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
+    peer_epochs: dict[str, str] = field(default_factory=dict)  # neighbour -> the epoch it last signed on with
+    forgets: list[tuple] = field(default_factory=list)  # (peer, from_id, msg_id, to_id, total, crc) still to tell

@@ -19,11 +19,11 @@ import secrets
 import sqlite3
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .changes import MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Row, Stored, Table
+from .changes import MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Restored, Row, Stored, Table
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -55,27 +55,6 @@ class CheckpointError(RuntimeError):
 
 class CheckpointFull(CheckpointError):
     """The disk (or the file system holding the checkpoint) is full: the pass was rolled back."""
-
-
-@dataclass
-class Restored:
-    """Everything the lists held at the last commit."""
-    send_list: list[Row]
-    recv_list: list[Row]
-    wait_list: list[PendingSend]
-    next_msg_id: int
-    next_seq: int
-    dup_keys: list[tuple[str, int]]  # (origin, MSG_ID) received, oldest first
-    sent_keys: list[tuple[str, int]]  # (destination host, MSG_ID) sent, oldest first
-    epoch: str
-    known_hosts: list[str] = field(default_factory=list)
-    pairs_out: dict[tuple[str, int], int] = field(default_factory=dict)  # (destination host, priority) -> next pseq
-    # (origin host, priority) -> (epoch, expected pseq)
-    pairs_in: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
-    partials: list[tuple] = field(default_factory=list)  # (id, origin, msg_id, to_id, total, crc, got, run, ts, peer)
-    seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
-    peer_epochs: dict[str, str] = field(default_factory=dict)  # neighbour -> the epoch it last signed on with
-    forgets: list[tuple] = field(default_factory=list)  # (peer, from_id, msg_id, to_id, total, crc) still to tell
 
 
 class Checkpoint:
@@ -338,7 +317,7 @@ class Checkpoint:
         """A backup put back in place (`backup()` marks its copies): the host gave MSG_IDs and
         end-to-end numbers after the backup that its peers still remember, and holds messages the
         peers have had since. It keeps its lists but starts a new incarnation: a new epoch (the
-        peers forget what they kept of the old one, mccs.epochs), its own messages numbered again
+        peers forget what they kept of the old one, mccs.core.epochs), its own messages numbered again
         from 1, and nothing remembered of the peers' ids and numbers, which they restart too. A
         message delivered after the backup may so come once more; none accepted is dropped."""
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())

@@ -159,7 +159,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         """A guess, since a block's length is known only at its end (ETB or ETX): inside a block, as
         many bytes as make it as long as the last one (BscReader.wanted), less READ_EARLY's worth.
         The shell lets them gather and hands them over in one read instead of one every few bytes;
-        a shorter block is read that much later, at most the daemon's GUESS_WAIT (mccs.lines)."""
+        a shorter block is read that much later, at most the daemon's GUESS_WAIT (mccs.core.lines)."""
         return max(1, self._reader.wanted() - int(self.baud / 10 * READ_EARLY))
 
     def unconfirmed_room(self) -> int:

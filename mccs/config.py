@@ -17,7 +17,7 @@ from pathlib import Path
 from linedrivers.ids import IdError, check_host_id, process_name
 from linedrivers.wire import char_time
 
-from . import envelope, segments
+from mccs.core import envelope, segments
 
 
 class ConfigError(ValueError):
@@ -32,7 +32,7 @@ def _internal(default=None, factory=None):
 
 
 SECRET_MIN = 16  # bytes in a line's secret_file
-MAX_MESSAGE = 16 << 20  # the largest max_message: 16 MiB (more than a frame goes in segments, mccs.segments)
+MAX_MESSAGE = 16 << 20  # the largest max_message: 16 MiB (more than a frame goes in segments, mccs.core.segments)
 FRAME_MAX = 65535 - envelope.SIZE - segments.SIZE  # an image's LENGTH is 16 bits
 
 

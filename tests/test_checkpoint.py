@@ -8,7 +8,7 @@ import pytest
 from checkpoint import changes as ch
 from checkpoint.changes import Row, Stored, Table
 from checkpoint.store import SCHEMA_VERSION, Checkpoint, CheckpointError
-from mccs.msgids import DUP_WINDOW, ID_SPACE, MAX_IN_USE, KeyWindow, MsgIds
+from mccs.core.msgids import DUP_WINDOW, ID_SPACE, MAX_IN_USE, KeyWindow, MsgIds
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ import pytest
 import mccs
 from linedrivers import AsyncLine, BscLine, LineUp
 from linedrivers.async_frames import SignOn
-from mccs import kernel
+from mccs.core import kernel
 from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
 from mccs.testbed.linesim import Channel, make_images, run_pair
 from mccs.testbed.loopback import timers

@@ -12,9 +12,9 @@ import itertools
 
 import pytest
 
-from mccs import daemon as daemon_module
+from mccs.daemon import shell as daemon_module
 from mccs.config import load
-from mccs.daemon import Daemon
+from mccs.daemon.shell import Daemon
 from mccs.testbed.hosts import write_config
 
 pytestmark = pytest.mark.timeout(60)

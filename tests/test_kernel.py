@@ -1,17 +1,17 @@
 """The daemon's core in memory: every rule of docs/DESIGN.md section 2 and the durability rules of
-sections 4.3 and 5, on `mccs.kernel.Kernel` through `tools.hostsim` (real checkpoint files, real
+sections 4.3 and 5, on `mccs.core.kernel.Kernel` through `tools.hostsim` (real checkpoint files, real
 line machines over in-memory lines, a virtual clock; no daemon process, socket or port)."""
 from __future__ import annotations
 
 import pytest
 
 from checkpoint.changes import Table
-from mccs import msgids
+from mccs.core import msgids
 from mccs.config import ProcessConfig
-from mccs.lists import BlockState, Mailbox
-from mccs.lines import GUESS_WAIT, READ_EARLY, LineState
-from mccs.msgids import DUP_WINDOW, KeyWindow, MsgIds
-from mccs.sessions import Creds
+from mccs.core.lists import BlockState, Mailbox
+from mccs.core.lines import GUESS_WAIT, READ_EARLY, LineState
+from mccs.core.msgids import DUP_WINDOW, KeyWindow, MsgIds
+from mccs.core.sessions import Creds
 from tools.hostsim import WALL0, SimNet, line
 
 pytestmark = pytest.mark.timeout(60)
@@ -112,7 +112,7 @@ def test_a_failed_commit_sends_no_reply_and_a_retry_stores_once(alone):
 
 
 def test_the_simulator_runs_the_daemons_driver_traces_and_a_batch_retried_after_a_crash(alone):
-    """tools/hostsim performs a pass through mccs.driver, as the daemon does: the trace events
+    """tools/hostsim performs a pass through mccs.daemon.driver, as the daemon does: the trace events
     are kept in order, and a send_many asked again after a crash finds what it got (stored once)."""
     host = alone["AA"]
     p = host.client("P")
@@ -170,7 +170,7 @@ def test_bytes_that_complete_no_frame_need_no_pass(pair, monkeypatch):
 def test_a_frame_only_to_trace_may_wait_and_keeps_the_time_it_came(pair, monkeypatch):
     """A damaged frame (or a block of a segment, an acknowledgement) only makes a trace line: its
     pass may wait up to TRACE_DELAY, and the line is stamped with the frame's arrival."""
-    from mccs.lines import TRACE_DELAY
+    from mccs.core.lines import TRACE_DELAY
     aa, bb = pair["AA"], pair["BB"]
     pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)
     caught = []
@@ -190,7 +190,7 @@ def test_a_run_of_damaged_frames_is_one_trace_line(pair):
     """Noise makes a damaged frame of every few bytes (an adversarial test: 64 bytes of trace for
     every byte of noise on a line): those that come in a row before their pass are traced as one
     line, their number in `frames` and their bytes summed; a good frame after them is its own."""
-    from mccs.lines import TRACE_DELAY
+    from mccs.core.lines import TRACE_DELAY
     aa, bb = pair["AA"], pair["BB"]
     pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)
     bb.run_pass()
@@ -540,8 +540,8 @@ def test_a_recv_that_waits_with_the_confirms_it_carries_needs_no_pass_of_its_own
     at once (a message there for it, a wait=False, a buffer freed on a full RECV_LIST) runs one."""
     import itertools
 
-    from mccs import requests
-    from mccs.kernel import CONFIRM_WAIT
+    from mccs.core import requests
+    from mccs.core.kernel import CONFIRM_WAIT
     net = SimNet(tmp_path, {"AA": [line("BB")]}, buffers=3)
     host = net["AA"]
     s, r = host.client("S"), host.client("R")

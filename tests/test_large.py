@@ -11,8 +11,8 @@ import pytest
 
 from checkpoint import changes as ch
 from checkpoint.store import Checkpoint
-from mccs import segments
-from mccs.segments import Partial, Reassembly, Refused, Segment
+from mccs.core import segments
+from mccs.core.segments import Partial, Reassembly, Refused, Segment
 from tools.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(300)
@@ -148,7 +148,7 @@ def _then_three_small_arrive_behind_it(net: SimNet, p, big: int, data: bytes) ->
 
 
 def test_a_message_in_segments_is_finished_on_its_line_when_the_route_moves_and_order_holds(tmp_path):
-    from mccs.routing import INFINITY
+    from mccs.core.routing import INFINITY
     net, p, first, other, big, data = _square_with_a_transfer_half_way(tmp_path, 6)
     net["AA"].kernel.routes.advert(first, {"DD": INFINITY}, net.now)  # the path through `first` is gone
     assert net["AA"].kernel.routes.next_hop("DD") == other
@@ -266,7 +266,7 @@ def test_a_message_given_up_half_way_is_forgotten_where_its_start_is(tmp_path, h
 
 
 def test_a_next_host_without_forgets_keeps_its_partial_as_before_and_nothing_is_owed_to_it(tmp_path, monkeypatch):
-    from mccs import machine
+    from mccs.core import machine
     net = _pair(tmp_path)
     msg_id = net.client("AA", "P").send("BBR", random.Random(10).randbytes(1 << 20))["msg_id"]
     assert net.run(lambda: net["BB"].kernel.reassembly.partials, duration=60)

@@ -32,7 +32,7 @@ def _ring(tmp_path: Path, messages: int, kill_every: float, kills: int, disconne
 
 def _assert_every_message_settled_once(v: dict, messages: int) -> None:
     """What the issue asks of the run: each message delivered once or returned once, never both
-    (a copy whose acknowledgement was lost is told by its destination, mccs.notices)."""
+    (a copy whose acknowledgement was lost is told by its destination, mccs.core.notices)."""
     assert v["sent"] == messages, v
     assert (v["lost"], v["duplicated"], v["out_of_order"], v["unexpected"]) == (0, 0, 0, 0), v
     assert v["delivered"] + v["returned"] == messages, v  # each delivered (maybe also returned) or returned

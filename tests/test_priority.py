@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from checkpoint.store import SCHEMA_VERSION, Checkpoint
-from mccs import envelope
+from mccs.core import envelope
 from mccs.config import ProcessConfig
 from tools.hostsim import SimNet, line
 
@@ -80,7 +80,7 @@ def test_the_message_sender_keeps_a_short_lead_on_the_wire_and_more_frames_of_a_
     """The bytes handed ahead of the wire stay within the lead (URGENT_WAIT less a frame, at least
     LEAD) and a frame, what an urgent message may wait behind; on a fast line, where a frame is
     short, the lead holds several frames, so that a pass of the Message-Sender hands several."""
-    from mccs.lines import LEAD, REFILL, URGENT_WAIT
+    from mccs.core.lines import LEAD, REFILL, URGENT_WAIT
     net = SimNet(tmp_path, {"AA": [line("BB", baud=baud)], "BB": [line("AA", baud=baud)]})
     _paced(net, "AA", "BB", baud)
     assert net.run(lambda: net["AA"].kernel.lines["BB"].state.name == "UP", duration=30)
@@ -225,7 +225,7 @@ def test_a_message_released_from_the_order_hold_keeps_its_place_after_a_restart_
     rebuilt from the checkpoint or from blocks given back, which go by their place in the stream."""
     import collections
 
-    from mccs.receiver import Arrival
+    from mccs.core.receiver import Arrival
     net = SimNet(tmp_path, {"BB": [line("AA")]})
     bb = net["BB"]
     for pseq in (2, 1):

@@ -1,4 +1,4 @@
-"""`mccs queue` in the daemon's core (mccs.queue): list, show, hold, release and purge on
+"""`mccs queue` in the daemon's core (mccs.core.queue): list, show, hold, release and purge on
 kernels with real checkpoint files over simulated lines (tools/hostsim), a virtual clock."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from mccs.lines import LineState, Recent
-from mccs.notices import owed
-from mccs.queue import select
-from mccs.requests import RequestError, parse_ref
+from mccs.core.lines import LineState, Recent
+from mccs.core.notices import owed
+from mccs.core.queue import select
+from mccs.core.requests import RequestError, parse_ref
 from tools.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(120)

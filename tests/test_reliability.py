@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import mccs
-from mccs.ipc import frame
+from mccs.client.ipc import frame
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.procstat import rss

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mccs.config import RouteConfig
-from mccs.pairs import PairsIn, Verdict
-from mccs.lists import MSGBLOK
-from mccs.routing import INFINITY, RoutingTable, decode_vector, encode_vector
+from mccs.core.pairs import PairsIn, Verdict
+from mccs.core.lists import MSGBLOK
+from mccs.core.routing import INFINITY, RoutingTable, decode_vector, encode_vector
 from tools.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(120)
@@ -172,7 +172,7 @@ def test_a_void_waits_out_a_routing_loop_and_its_successors_are_delivered_once_t
 
 
 def test_the_send_list_forgets_the_expiry_of_blocks_that_left():
-    from mccs.lists import SendList
+    from mccs.core.lists import SendList
     sl = SendList()
     blks = [MSGBLOK(i, "BBR   ", "AAS   ", i, 0, b"x" * 100, 0.0, expires=1e9) for i in range(1, 5001)]
     for b in blks:
@@ -190,7 +190,7 @@ def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path)
 
     from checkpoint.store import Checkpoint
     from linedrivers import AsyncLine
-    from mccs.kernel import Kernel
+    from mccs.core.kernel import Kernel
     net = _net(tmp_path, ["AA-BB", "BB-CC"])
     bb = net["BB"]
     bb.cp.close()
@@ -216,7 +216,7 @@ def test_a_numbered_message_is_not_overtaken_when_its_line_comes_back_without_ro
 
     from checkpoint.changes import Table
     from linedrivers import AsyncLine
-    from mccs.kernel import Kernel
+    from mccs.core.kernel import Kernel
     net = _net(tmp_path, ["AA-BB"])
     aa, bb = net["AA"], net["BB"]
     assert net.run(lambda: bb.kernel.lines["AA"].routed)
@@ -328,7 +328,7 @@ def test_a_notice_that_cannot_get_back_expires_without_a_notice_of_its_own(tmp_p
 def test_every_notice_and_control_message_a_daemon_makes_fits_the_room_every_line_takes():
     import json
 
-    from mccs.notices import DAEMON_ROOM, REASONS, notice_text
+    from mccs.core.notices import DAEMON_ROOM, REASONS, notice_text
     far_future = 4102444800.999  # 2100-01-01: the longest wall clock a notice carries this century
     longest = max(len(notice_text(kind, 65535, "ZZWXYZ", code, far_future))
                   for kind in ("delivered", "undeliverable") for code in REASONS)

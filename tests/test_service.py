@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import mccs
-from mccs import service
+from mccs.daemon import service
 from mccs.testbed.hosts import DaemonProcess, mccs_cli, socket_answers, wait_until, write_config
 from mccs.testbed.vserial import Lines
 
@@ -55,7 +55,7 @@ def test_the_daemon_says_ready_once_its_socket_listens_and_stops_on_the_signal_w
         proc.wait()
         notify.close()
     log = proc.stderr.read()  # to stderr; under systemd with the priority the journal reads, no own time
-    assert "<6>mccs.daemon INFO AA: stopping" in log.splitlines(), log
+    assert "<6>mccs.daemon.shell INFO AA: stopping" in log.splitlines(), log
     with DaemonProcess(config) as d, mccs.connect(d.config, None) as admin:
         assert admin.status()["lists"]["send"] == 1
 

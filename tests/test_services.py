@@ -9,7 +9,7 @@ import json
 import pytest
 
 from mccs.config import ProcessConfig
-from mccs.sessions import Creds
+from mccs.core.sessions import Creds
 from tools.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(60)
@@ -57,7 +57,7 @@ def test_a_handler_gone_before_its_confirm_leaves_the_message_to_another_once(aa
 # -- observers ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("flags", [0, 0x02, 0x04, 0x08, 0x40, 0x40 | 0x80, 0x40 | 0x08, 0x40 | 0x80 | 0x08])
 def test_reply_flags_travel_as_a_notice_from_a_process(flags):
-    from mccs.envelope import CARRIED, NOTICE, from_wire, to_wire
+    from mccs.core.envelope import CARRIED, NOTICE, from_wire, to_wire
     wire = to_wire(flags)
     assert wire & ~CARRIED == 0 and from_wire(wire, from_daemon=bool(flags & NOTICE)) == flags
     assert from_wire(NOTICE, from_daemon=False) == 0x40  # a notice from a process is a reply

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(90)
 HOLDER = textwrap.dedent("""
     # A handler that takes a message and dies before its confirm: RECV over the raw socket, no confirm.
     import json, socket, struct, sys, time
-    from mccs.ipc import frame, LENGTH
+    from mccs.client.ipc import frame, LENGTH
     s = socket.socket(socket.AF_UNIX)
     s.connect(sys.argv[1])
     buf = b""
@@ -283,7 +283,7 @@ def _alive(pid: int) -> bool:
 def test_malformed_service_requests_on_the_socket_get_errors_and_lose_nothing(daemon_pair):
     import socket as socketlib
 
-    from mccs.ipc import LENGTH, frame
+    from mccs.client.ipc import LENGTH, frame
     vl, a, b = daemon_pair()
     with mccs.connect(b.config, "S") as s:
         s.send("AASVC", b"kept")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import mccs
-from mccs.ipc import frame
+from mccs.client.ipc import frame
 from mccs.testbed.hosts import DaemonProcess, write_config
 
 pytestmark = pytest.mark.timeout(60)
@@ -119,7 +119,7 @@ def test_unknown_host_refused_configured_host_waits(host):
     assert to_id == "AAPAPR" and msg_id > 0
     assert mccs.RECV("", 0, 1) == ("AAPAPR", b"to me", msg_id, msg_id)
     assert mccs.RECV("", 0, 1) == ("      ", b"", 0, 0)
-    mccs.client._attached.close()
+    mccs.client.library._attached.close()
 
 
 def test_bad_input_gets_clear_errors(host):

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 import mccs
-from mccs.ipc import LENGTH, frame, unframe
+from mccs.client.ipc import LENGTH, frame, unframe
 from mccs.testbed.hosts import DaemonProcess, write_config
 
 pytestmark = pytest.mark.timeout(90)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import mccs
-from mccs.effects import TraceEvent
-from mccs.trace import TraceWriter
+from mccs.core.effects import TraceEvent
+from mccs.daemon.trace import TraceWriter
 from mccs.testbed.hosts import DaemonProcess, write_config
 
 pytestmark = pytest.mark.timeout(60)

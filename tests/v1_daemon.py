@@ -3,7 +3,8 @@ routing: no FEAT at sign-on (neither ROUTE nor SREJ), no room for a routing enve
 import sys
 
 from linedrivers import AsyncLine
-from mccs import cli, kernel
+from mccs import cli
+from mccs.core import kernel
 
 
 def v1_machine(host, lc, max_message, epoch=""):  # a version-1 station sends no EPOCH

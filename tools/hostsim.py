@@ -1,9 +1,9 @@
-"""MCCS hosts in memory: the daemon's core (`mccs.kernel.Kernel`) without its asyncio shell.
+"""MCCS hosts in memory: the daemon's core (`mccs.core.kernel.Kernel`) without its asyncio shell.
 
 A `SimNet` runs hosts on a virtual clock (its wall clock a real date, WALL0 on: what the
 daemons stamp, such as a notice's time, is as long as in use); each host is a Kernel with a real checkpoint file
 (synchronous off: a test is not a power cut) whose pass effects are performed as the daemon
-performs them, through the daemon's own driver (mccs.driver): changes applied and committed,
+performs them, through the daemon's own driver (mccs.daemon.driver): changes applied and committed,
 then trace events kept (`SimHost.traces`), replies delivered to the simulated processes, bytes
 written to in-memory lines (`mccs.testbed.linesim.Channel`, with impairments), programs to start
 recorded (`SimHost.starts`).
@@ -22,12 +22,12 @@ from pathlib import Path
 
 from checkpoint.store import Checkpoint
 from checkpoint.changes import Stored
-from mccs import requests
+from mccs.core import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
-from mccs.driver import perform, prior
-from mccs.effects import Effects, StartProgram, TraceEvent
-from mccs.kernel import Kernel
-from mccs.sessions import Creds
+from mccs.daemon.driver import perform, prior
+from mccs.core.effects import Effects, StartProgram, TraceEvent
+from mccs.core.kernel import Kernel
+from mccs.core.sessions import Creds
 
 from mccs.testbed.linesim import Channel
 
@@ -73,7 +73,7 @@ class SimHost:
         perform(fx, self.cp, self)
         return fx
 
-    # -- the simulated shell (mccs.driver.Shell) ------------------------------------------------------
+    # -- the simulated shell (mccs.daemon.driver.Shell) ------------------------------------------------------
     def emit_trace(self, ev: TraceEvent) -> None:
         self.traces.append(ev)
 

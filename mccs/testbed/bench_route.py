@@ -116,7 +116,7 @@ def frame_bytes(size: int) -> int:
     """Wire bytes of one async data frame carrying a `size`-byte message in the routing envelope."""
     from linedrivers import image
     from linedrivers.async_frames import encode_frame
-    from mccs import envelope
+    from mccs.core import envelope
     img = image.encode("DDLAT", "AAPS", 1, 0, b"g" * size + bytes(envelope.SIZE))  # the envelope's room, unstuffed
     return len(encode_frame("D", 1, 0, img))
 
@@ -224,7 +224,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mccs import envelope
+    from mccs.core import envelope
     baud, capacity = args.baud, args.baud / 10
     frame = frame_bytes(SIZE)
     frame_s = frame * 10 / baud

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from linedrivers.ids import host_of
-from mccs.service import stop_on_sigterm
+from mccs.daemon.service import stop_on_sigterm
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.vserial import Lines
 

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Iterable
 
-from mccs.service import stop_on_sigterm
+from mccs.daemon.service import stop_on_sigterm
 from mccs.testbed.vserial_line import ACTIONS, BUFFER, QUANTUM, Line, LogSink, flap
 
 # One line's names stay importable from here, where callers have always found them.

@@ -1,0 +1,208 @@
+"""The Process-Dispatcher: one pass over WAIT_LIST (paper, Part II).
+
+A SEND builds a MSGBLOK on SEND_LIST (or straight on RECV_LIST for a process on this host), or
+stays on WAIT_LIST while that list is full or every free MSG_ID is in use. A RECV takes the
+first eligible MSGBLOK of its process name's mailbox (the handlers of a name ask in turn), or
+of the copies its connection observes, or only the reply to its request; it answers "nothing"
+(no-wait, or its timeout passed: a request's reply that comes later is late), or stays. Only the processes whose mailbox or RECVs changed are looked at, so a pass
+costs the same however many RECVs wait. Changes, trace events and replies go into the pass's
+Effects; the shell commits the changes before it sends the replies.
+"""
+from __future__ import annotations
+
+import base64
+
+from collections import Counter, deque
+from typing import Callable
+
+from checkpoint import changes as ch
+from checkpoint.changes import INLINE_MAX, Stored, Table
+
+from linedrivers.ids import host_of
+
+from mccs.core.effects import Effects
+from mccs.core.envelope import FAILED, REPLY
+from mccs.core.lists import MSGBLOK, PRQBLOK, Lists, RecvList, Sequence
+from mccs.core.msgids import MsgIds
+from mccs.core.notices import fields
+from mccs.core.segments import Blobs, crc_of
+from mccs.core.sessions import Session, Sessions
+
+
+def message_body(blk: MSGBLOK, wall: float) -> dict:
+    """A message for a RECV reply; a Stored text is read by the shell as it writes the reply
+    (`stored`), sent after the reply's JSON as it is (`bin`), or in `data` for an older client.
+    `ttl`: the seconds its sender still waits (a request's reply is sent with no more); a reply
+    says so, and whether it failed (`ok`)."""
+    body = {"rid": blk.seq, "from_id": blk.from_id, "to_id": blk.to_id, "msg_id": blk.msg_id,
+            "user_id": blk.user_id}
+    if blk.expires:
+        body["ttl"] = round(max(0.0, blk.expires - wall), 3)
+    if blk.flags & REPLY:
+        body.update(reply=True, ok=not blk.flags & FAILED)
+    if isinstance(blk.data, Stored):
+        body["stored"] = blk.data
+    else:
+        body["data"] = base64.b64encode(blk.data).decode("ascii")
+    return body
+
+
+def stored_text(body: dict) -> tuple[dict, Stored | None]:
+    """A reply, and the Stored text its message names (taken out of it), for the shell to read."""
+    msg = body.get("msg")
+    stored = msg.get("stored") if isinstance(msg, dict) else None
+    if stored is None:
+        return body, None
+    return {**body, "msg": {k: v for k, v in msg.items() if k != "stored"}}, stored
+
+
+def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
+    prq.done = True
+    for conn, rid in prq.answers():
+        fx.reply(conn, {"id": rid, **body})
+
+
+class ProcessDispatcher:
+    def __init__(self, host: str, buffers: int, ttl: float, lists: Lists, ids: MsgIds, seqs: Sequence,
+                 sessions: Sessions, counters: Counter, blobs: Blobs, over_quota: Callable[[str], bool]):
+        """`over_quota(to_id)`: does that process of this host have its max_waiting messages?"""
+        self.host, self.buffers, self.ttl, self.blobs = host, buffers, ttl, blobs
+        self.over_quota = over_quota
+        self.lists, self.ids, self.seqs, self.sessions, self.counters = lists, ids, seqs, sessions, counters
+
+    def sends(self, fx: Effects, wall: float) -> None:
+        wait = self.lists.wait
+        self._sends(wait.remote_sends, False, fx, wall)
+        self._sends(wait.local_sends, True, fx, wall)
+        self._batches(wait.batches, fx, wall)
+        self._keep_waiting_sends(fx)
+
+    def recvs(self, fx: Effects, now: float, wall: float) -> None:
+        wait = self.lists.wait
+        while wait.dirty:
+            self._recvs(wait.dirty.pop(), fx, wall)
+        for prq in wait.expired(now):
+            answer(fx, prq, {"ok": True, "msg": None})
+            wait.prune(prq.to_id)
+            if prq.reply_to:
+                self.lists.recv.give_up(prq.to_id, prq.reply_to)
+
+    # -- SEND -------------------------------------------------------------------------------
+    def _sends(self, queue: deque[PRQBLOK], local: bool, fx: Effects, wall: float) -> None:
+        """In order while there is room; a SEND for a process of this host at its quota waits (with
+        every later one for it), the others go on."""
+        target = self.lists.recv if local else self.lists.send
+        kept: list[PRQBLOK] = []
+        while queue:
+            prq = queue[0]
+            if not prq.done:
+                if len(target) >= self.buffers or self.ids.full:
+                    break
+                if local and self.over_quota(prq.to_id):
+                    kept.append(prq)
+                else:
+                    self._store(prq, local, fx, wall)
+            queue.popleft()
+        queue.extendleft(reversed(kept))
+
+    def _batches(self, queue: deque[PRQBLOK], fx: Effects, wall: float) -> None:
+        """In order, each as a whole once all of it fits: its changes go into this pass's one commit."""
+        while queue:
+            batch = queue[0]
+            if not batch.done:
+                local = [host_of(p.to_id) == self.host for p in batch.batch]
+                if not self._fits(batch.batch, local):
+                    break
+                msg_ids = [self._store(p, is_local, fx, wall) for p, is_local in zip(batch.batch, local)]
+                answer(fx, batch, {"ok": True, "msg_ids": msg_ids})
+            queue.popleft()
+
+    def _fits(self, sends: list[PRQBLOK], local: list[bool]) -> bool:
+        n_local = sum(local)
+        return (len(self.lists.recv) + n_local <= self.buffers and len(self.lists.send) + len(sends) - n_local
+                <= self.buffers and self.ids.room(len(sends))
+                and not any(self.over_quota(p.to_id) for p, is_local in zip(sends, local) if is_local))
+
+    def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> int:
+        seq = self.seqs.take()
+        msg_id, id_changes = self.ids.allocate(host_of(prq.to_id), seq)
+        table = Table.RECV_LIST if local else Table.SEND_LIST
+        blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall,
+                      expires=wall + prq.ttl if prq.ttl else 0.0 if local else wall + self.ttl, flags=prq.flags,
+                      priority=prq.priority)
+        if len(prq.data) > INLINE_MAX:  # a large message: in the checkpoint only, from this pass's commit on
+            blk.crc = crc_of(prq.data)
+            blk.data = Stored(seq, len(prq.data), blk.crc)
+            self.blobs.add(blk.data, prq.data)
+            fx.change(*ch.add_text(seq, prq.data))
+        fx.change(*id_changes, ch.add_block(table, blk), ch.send_done(prq.req, seq, msg_id, prq.to_id))
+        prq.data = b""
+        if prq.durable:
+            fx.change(ch.delete_waiting(prq.req))
+            self.lists.wait.durable_sends -= 1
+        fx.trace("msg", "accepted", **fields(blk))
+        self.counters["accepted"] += 1
+        if local:
+            self.counters["local"] += 1
+            self.lists.arrive(blk)
+            fx.trace("msg", "received", **fields(blk))
+        else:
+            self.lists.send.add(blk)
+        answer(fx, prq, {"ok": True, "msg_id": msg_id, "to": prq.to_id})
+        return msg_id
+
+    def _keep_waiting_sends(self, fx: Effects) -> None:
+        """SENDs that wait for a buffer are kept in the checkpoint, so a retry after a restart
+        finds them, up to `buffers` of them: WAIT_LIST is bounded like the other lists."""
+        wait = self.lists.wait
+        for prq in wait.fresh_sends:
+            if not prq.done and not prq.durable and wait.durable_sends < self.buffers:
+                prq.durable = True
+                prq.seq = self.seqs.take()
+                wait.durable_sends += 1
+                fx.change(ch.add_waiting(prq.pending()))
+        wait.fresh_sends.clear()
+
+    # -- RECV -------------------------------------------------------------------------------
+    def _recvs(self, key: str, fx: Effects, wall: float) -> None:
+        """The waiting RECVs of one process name (its handlers', in arrival order: the first to ask
+        gets the first message), or of one observer, against the mailbox and the copies."""
+        wait, recv = self.lists.wait, self.lists.recv
+        for prq in wait.recvs.get(key, ()):
+            if prq.done:
+                continue
+            session = self.sessions.by_conn[prq.conn]
+            blk = recv.match(session.name, prq.from_id, prq.user_id, prq.reply_to) \
+                if session.handler or prq.reply_to else None
+            copy = self._copy(session, prq, recv)
+            if copy is not None and (blk is None or copy.seq < blk.seq):
+                session.copies.remove(copy)
+                body = {k: v for k, v in message_body(copy, wall).items() if k != "rid"}  # nothing to confirm
+                answer(fx, prq, {"ok": True, "msg": {**body, "copy": True}})
+            elif blk is not None:
+                msgs = [self._hand(blk, session, prq, wall)]
+                while len(msgs) < prq.most and not isinstance(blk.data, Stored) and not session.copies:
+                    blk = recv.match(session.name, "", 0, 0)
+                    if blk is None or isinstance(blk.data, Stored):  # a large text goes alone, read as written
+                        break
+                    msgs.append(self._hand(blk, session, prq, wall))
+                answer(fx, prq, {"ok": True, "msg": msgs[0], **({"more": msgs[1:]} if len(msgs) > 1 else {})})
+            elif not prq.wait:
+                answer(fx, prq, {"ok": True, "msg": None})
+        wait.prune(key)
+
+    def _hand(self, blk: MSGBLOK, session: Session, prq: PRQBLOK, wall: float) -> dict:
+        self.lists.recv.hand(blk, prq.conn)
+        session.handed[blk.seq] = blk
+        return message_body(blk, wall)
+
+    def _copy(self, session: Session, prq: PRQBLOK, recv: RecvList) -> MSGBLOK | None:
+        """The first copy for this RECV; a large text's copy only while its message is here (its
+        text is read from the checkpoint)."""
+        while session.copies and not prq.reply_to:
+            copy = session.copy(prq.from_id, prq.user_id)
+            if copy is None or not isinstance(copy.data, Stored) or copy in recv:
+                return copy
+            session.copies.remove(copy)
+            self.counters["copies_missed"] += 1
+        return None

@@ -1,0 +1,70 @@
+"""The seam between the daemon and a line protocol: the interface of DESIGN.md section 4.0 as a
+Protocol class, and the factory that builds a line's machine from its configuration."""
+from __future__ import annotations
+
+from typing import Protocol
+
+from linedrivers.events import Event
+
+from mccs.core import envelope, segments
+from mccs.config import LineConfig
+from mccs.core.notices import DAEMON_ROOM
+
+# The sign-on feature of routing lines with the 15-byte envelope (docs/ROUTING.md). "ROUTE" named
+# the 11-byte envelope of commit 89dbfdc, which is not spoken: such a peer gets direct traffic only.
+ROUTE = "ROUTE2"
+#: What a line of this daemon offers at sign-on (FEAT=): routing, and forgets of transfers (docs/ROUTING.md 2a).
+FEATURES = (ROUTE, segments.FORGET)
+
+
+class LineMachine(Protocol):
+    """A sans-I/O line protocol state machine (AsyncLine, BscLine)."""
+    counters: dict
+    epoch: str
+
+    def start(self, now: float) -> None: ...
+    def stop(self, now: float) -> None: ...
+    def send(self, image: bytes) -> None: ...
+    def receive_data(self, data: bytes, now: float) -> None: ...
+    def data_to_send(self) -> bytes: ...
+    def bytes_wanted(self) -> int: ...  # received bytes needed before the next frame can end (>= 1)
+    def unconfirmed_room(self) -> int: ...  # messages the peer may still send before our confirm()
+    def events(self) -> list[Event]: ...
+    def next_deadline(self) -> float | None: ...
+    def handle_timeout(self, now: float) -> None: ...
+    def confirm(self) -> None: ...
+    def set_busy(self, flag: bool) -> None: ...
+    def room(self) -> int: ...
+
+
+def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "") -> LineMachine:
+    """The protocol's machine with every timer and limit from the config. An async line offers
+    FEATURES and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
+    sign-on; its frames carry at most `frame_max` bytes of text, with room for the routing
+    envelope and the segment trailer, which ride inside the image's MESSAGE. A BSC line offers
+    the same; both offer `epoch` (EPOCH=, the host's checkpoint epoch). Whatever max_message,
+    a line takes whole messages of DAEMON_ROOM bytes: a notice must reach every host."""
+    machine = _machine(host, lc, max_message)
+    machine.epoch = epoch
+    return machine
+
+
+def _machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
+    common = dict(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+    if lc.secret is not None:
+        common["secret"] = lc.secret
+    if lc.protocol == "async":
+        from linedrivers import AsyncLine
+        frame = min(max(max_message, DAEMON_ROOM), lc.frame_max) + envelope.SIZE + segments.SIZE
+        return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
+                         features=FEATURES, max_message=frame, large=max_message, **common)
+    # BSC offers ROUTE and LARGE= in an announcement a version-1 station drops (docs/PROTOCOL.md,
+    # "BSC: features and large messages"); whole images stay up to 64 KiB, so a version-1 peer still
+    # gets whole messages of that size, and segments are the machine's segment_size().
+    from linedrivers import BscLine
+    from linedrivers.image import HEADER_SIZE
+    room = envelope.SIZE + segments.SIZE
+    return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
+                   max_message=min(max(max_message, DAEMON_ROOM), 65535 - HEADER_SIZE - room) + room, features=FEATURES,
+                   large=max_message, disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout,
+                   **common)

@@ -1,0 +1,232 @@
+"""The Message-Receiver (paper, Figure 2): what a line delivered goes where it belongs.
+
+A message for this host goes on RECV_LIST: in order per origin when it came with a routing
+envelope (`pairs`), by the duplicate window of (origin, MSG_ID) when it came over a line that
+speaks DESIGN.md's version 1. A message for another host, over a routing line, goes on SEND_LIST
+for its next hop (store and forward). A routing update changes the routes. Every arrival is
+stored in the pass that acknowledges it (durable before ACK), whatever happens to it next.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from checkpoint import changes as ch
+from checkpoint.changes import Stored, Table
+from linedrivers import image
+from linedrivers.ids import host_of
+from linedrivers.image import Image
+
+from mccs.core import envelope, routing, segments
+from mccs.core.effects import Effects
+from mccs.core.envelope import SEGMENT, VOID, Envelope, from_wire
+from mccs.core.lists import MSGBLOK, Lists, Sequence
+from mccs.core.msgids import KeyWindow, MsgIds
+from mccs.core.control import Control
+from mccs.core.notices import NAME as DAEMON_NAME
+from mccs.core.notices import DAEMON_ROOM, Notices, fields
+from mccs.core.pairs import Pairs, Verdict
+
+log = logging.getLogger("mccs.core.receiver")
+
+VOID_RETRY = 60.0  # seconds a void that met the hop limit twice waits before it goes round again
+
+
+@dataclass
+class Arrival:
+    """Where a message came from: the line's peer and protocol, for traces and counters."""
+    peer: str
+    proto: str
+    counters: collections.Counter
+
+
+class MessageReceiver:
+    def __init__(self, host: str, max_message: int, hop_limit: int, lists: Lists, ids: MsgIds, dups: KeyWindow,
+                 seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, notices: Notices,
+                 reassembly: segments.Reassembly, blobs: segments.Blobs, control: Control,
+                 counters: collections.Counter):
+        self.host, self.hop_limit = host, hop_limit
+        self.max_message = max(max_message, DAEMON_ROOM)  # what the lines take whole (mccs.core.machine)
+        self.control = control
+        self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
+        self.pairs, self.routes, self.notices, self.counters = pairs, routes, notices, counters
+        self.reassembly, self.blobs = reassembly, blobs
+
+    def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
+        try:  # a segment's text is a piece and its trailer: the whole message is checked as it completes
+            m, env = envelope.unwrap(img, self.max_message + segments.SIZE) if routed \
+                else (image.decode(img, self.max_message), None)
+            segment = env is not None and env.flags & SEGMENT
+            if not segment and len(m.data) > self.max_message:
+                raise image.ImageError(f"message of {len(m.data)} bytes is over the maximum of {self.max_message}")
+        except image.ImageError as e:
+            src.counters["bad_images"] += 1
+            log.warning("%s: dropped a bad message image from %s: %s", self.host, src.peer, e)
+            return
+        if segment and segments.is_forget(env):
+            self._forgotten(src, m, fx)
+        elif segment:
+            self._segment(src, m, env, fx, now, wall)
+        else:
+            self._whole(src, m, env, fx, now, wall)
+
+    def _segment(self, src: Arrival, m: Image, env: Envelope, fx: Effects, now: float, wall: float) -> None:
+        """A piece of a large message: stored where it belongs (acknowledged with this pass); the
+        last one makes the message, which goes on as if it had come whole."""
+        changes: list = []
+        try:
+            seg = segments.unwrap(m.data)
+            whole = self.reassembly.arrive(m.key, m.to_id, seg, self.seqs.take, wall, changes, src.peer)
+        except ValueError as e:  # a bad trailer, or segments.Refused
+            src.counters["segments_refused"] += 1
+            fx.change(*changes)
+            fx.trace("msg", "refused", src.peer, src.proto, reason=str(e), **fields(m))
+            log.warning("%s: refused a segment of %s/%d from %s: %s", self.host, m.origin, m.msg_id, src.peer, e)
+            return
+        fx.change(*changes)
+        src.counters["segments"] += 1
+        if whole is not None:
+            m = Image(m.to_id, m.from_id, m.msg_id, m.user_id, whole.stored())
+            self._whole(src, m, dataclasses.replace(env, flags=env.flags & ~SEGMENT), fx, now, wall)
+            fx.change(*self.reassembly.finish(whole))
+
+    def _forgotten(self, src: Arrival, m: Image, fx: Effects) -> None:
+        """A forget: the next host before this one will not finish a transfer here (it went on by
+        another route, or was given up); what is held of it is dropped now, not after the ttl."""
+        try:
+            f = segments.read_forget(src.peer, m.data)
+        except ValueError as e:
+            src.counters["bad_images"] += 1
+            log.warning("%s: dropped a bad forget from %s: %s", self.host, src.peer, e)
+            return
+        src.counters["forgets"] += 1
+        p = self.reassembly.forgotten(src.peer, (host_of(f.from_id), f.msg_id), (f.to_id, f.total, f.crc))
+        if p is None:  # never started here, completed, or another sender counts on it now
+            return
+        self.counters["partials_forgotten"] += 1
+        fx.change(*self.reassembly.drop(p))
+        fx.trace("msg", "forgotten", src.peer, src.proto, bytes=p.got, total=p.total, origin=p.origin,
+                 msg_id=p.msg_id, from_id=f.from_id, to_id=p.to_id)
+        log.info("%s: dropped the partly received %s/%d (%d of %d bytes): %s will not finish it here", self.host,
+                 p.origin, p.msg_id, p.got, p.total, src.peer)
+
+    def _whole(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, now: float, wall: float) -> None:
+        if env is not None and env.advert:
+            self._advert(src, m, fx, now)
+        elif host_of(m.to_id) != self.host:
+            self._forward(src, m, env, fx, wall)
+        elif env is not None and env.pseq:
+            self._in_order(src, m, env, fx, wall)
+        else:
+            self._by_window(src, m, fx, wall)
+
+    def _by_window(self, src: Arrival, m: Image, fx: Effects, wall: float) -> None:
+        """DESIGN.md's rule: a key among the last ones received from its origin is a duplicate."""
+        if m.key in self.dups:
+            self._duplicate(src, m, fx)
+            return
+        blk, add = self._block(src, m, Envelope(), wall, Table.RECV_LIST)
+        fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
+        fx.trace("msg", "received", src.peer, src.proto, **fields(m))
+        self._deliver(blk, fx, wall)
+
+    def _in_order(self, src: Arrival, m: Image, env: Envelope, fx: Effects, wall: float) -> None:
+        """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
+        that came once without a number (over a version-1 line) is not taken twice."""
+        if self.pairs.into.renewed(m.origin, env.epoch):  # (a neighbour's new epoch was seen at sign-on too)
+            log.warning("%s: %s was started afresh (epoch %s): its old MSG_IDs are forgotten", self.host, m.origin,
+                        env.epoch)
+            fx.change(*self.forget(m.origin))
+        if m.key in self.dups:
+            self._duplicate(src, m, fx)
+            return
+        blk, add = self._block(src, m, env, wall, Table.RECV_LIST)
+        verdict, ready, changes = self.pairs.into.arrive(blk)
+        if verdict is Verdict.DUPLICATE:
+            self._duplicate(src, m, fx)
+        else:
+            fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
+            if not blk.flags & VOID:
+                fx.trace("msg", "received", src.peer, src.proto, hops=env.hops + 1, **fields(m))
+            if verdict is Verdict.HELD:
+                self.counters["held_for_order"] += 1
+        fx.change(*changes)
+        for ready_blk in ready:
+            if ready_blk.flags & VOID:  # expired on the way: its place is passed, nothing to take
+                self.counters["voids"] += 1
+                self.notices.settle(fx, ready_blk, wall)  # the message never came: its sender is told
+                fx.change(ch.delete_block(Table.RECV_LIST, ready_blk.seq))
+            else:
+                self._deliver(ready_blk, fx, wall)
+
+    def _deliver(self, blk: MSGBLOK, fx: Effects, wall: float) -> None:
+        """A message in its place: for this daemon, or on RECV_LIST for its process."""
+        if self.control.is_for_daemon(blk):
+            self.control.arrived(fx, blk, wall)
+        else:
+            self.lists.arrive(blk)
+            self.control.arrival(fx, blk, wall)
+
+    def forget(self, origin: str) -> list[ch.Change]:
+        """What was received from an origin whose checkpoint was started afresh (mccs.core.epochs)."""
+        return [*self.dups.forget(origin), *self.reassembly.forget(origin)]
+
+    def _forward(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, wall: float) -> None:
+        """Store and forward: on SEND_LIST for the next hop, acknowledged once stored here. One
+        that reached the hop limit is returned, and goes on as a void if its place is needed."""
+        if env is None:  # a version-1 peer cannot mean this: it sends only to its neighbour
+            src.counters["misrouted"] += 1
+            log.warning("%s: dropped a message for %s from %s: not for this host", self.host, m.to_id, src.peer)
+            return
+        blk, add = self._block(src, m, env, wall, Table.SEND_LIST, hops=env.hops + 1)
+        if blk.hops >= self.hop_limit:
+            self.counters["hop_limit"] += 1
+            log.warning("%s: %s/%d for %s reached the hop limit (%d) coming from %s: a routing loop?", self.host,
+                        blk.origin, m.msg_id, m.to_id.rstrip(), self.hop_limit, src.peer)
+            voided = self.notices.returned(fx, blk, "hop limit", wall)
+            if not voided and not (blk.pseq and blk.flags & VOID):
+                return  # nothing waits for it at the destination
+            if not voided:  # a void that went round again: it waits here and tries again later, so that
+                blk.parked_until = wall + VOID_RETRY  # its successors get their turn once the loop is mended
+                self.counters["voids_parked"] += 1
+            blk.hops = 0
+            add = ch.add_block(Table.SEND_LIST, blk)  # (a void: no text to copy)
+        self.lists.send.add(blk)
+        if blk.origin == self.host:  # came back round: its MSG_ID is in use here again
+            self.ids.hold(blk.msg_id)
+        fx.change(add)
+        fx.trace("msg", "forwarded", src.peer, src.proto, via=self.routes.next_hop(blk.dest), hops=blk.hops,
+                 **fields(blk))
+        self.counters["forwarded"] += 1
+
+    def _advert(self, src: Arrival, m: Image, fx: Effects, now: float) -> None:
+        try:
+            vector = routing.decode_vector(m.data)
+        except (ValueError, UnicodeDecodeError) as e:
+            src.counters["bad_adverts"] += 1
+            log.warning("%s: dropped a bad routing update from %s: %s", self.host, src.peer, e)
+            return
+        fx.change(*self.routes.advert(src.peer, vector, now))
+
+    def _block(self, src: Arrival, m: Image, env: Envelope, wall: float, table: Table,
+               hops: int | None = None) -> tuple[MSGBLOK, ch.Change]:
+        """The MSGBLOK of an arrival for `table`, and the change that stores it there. A large
+        message's text stays where its segments were written; the row names it."""
+        src.counters["received"] += 1
+        self.counters["received"] += 1
+        stored = m.data if isinstance(m.data, Stored) else None
+        flags = from_wire(env.flags, m.from_id[2:].rstrip() == DAEMON_NAME)
+        blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
+                      env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
+                      wall + env.ttl / 10 if env.ttl else 0.0, flags, crc=stored.crc if stored else 0,
+                      priority=env.priority)
+        if stored:
+            self.blobs.later(stored)  # its last segment is written with this pass's commit
+        add = ch.add_block(table, blk)
+        return blk, add
+
+    def _duplicate(self, src: Arrival, m: Image, fx: Effects) -> None:
+        src.counters["duplicates"] += 1
+        fx.trace("msg", "duplicate", src.peer, src.proto, **fields(m))

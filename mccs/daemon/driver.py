@@ -1,0 +1,59 @@
+"""The one driver of the daemon's core: how a pass's Effects are performed, and what a request
+needs from the checkpoint before the core sees it. The daemon (mccs.daemon.shell) and the in-memory
+simulator (tools/hostsim.py) both drive the Kernel through this module, so that a test in memory
+runs the daemon's own order of things.
+
+The order is the durability rule (docs/DESIGN.md sections 4.3 and 5): the pass's checkpoint
+changes are committed first, in one transaction; then its trace events are written and flushed;
+then the replies go to the processes (a large text read from the checkpoint as it is sent), the
+bytes to the lines (acknowledgements among them), and the programs are started. If the commit
+fails, nothing after it is done: nothing that depends on a change leaves before the change is
+durable.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from checkpoint.changes import Stored
+from checkpoint.store import Checkpoint
+
+from mccs.core.dispatcher import stored_text
+from mccs.core.effects import Effects, StartProgram, TraceEvent
+from mccs.core.requests import Cancel, Request, Send, SendMany
+
+
+class Shell(Protocol):
+    """What the driver needs of the world around the core (the daemon's, or a simulated one)."""
+
+    def emit_trace(self, ev: TraceEvent) -> None: ...
+    def flush_traces(self) -> None: ...
+    def send_reply(self, conn: int, body: dict, stored: Stored | None) -> None: ...
+    def write_line(self, peer: str, data: bytes) -> None: ...
+    def start_program(self, start: StartProgram) -> None: ...
+
+
+def perform(fx: Effects, cp: Checkpoint, shell: Shell) -> None:
+    """A pass's effects, in the durability order. What the commit raises is raised before
+    anything else is done (the caller rolls the pass back)."""
+    cp.apply(fx.changes)
+    for ev in fx.traces:
+        shell.emit_trace(ev)
+    shell.flush_traces()  # before the replies and acknowledgements that depend on these events
+    for reply in fx.replies:
+        body, stored = stored_text(reply.body)
+        shell.send_reply(reply.conn, body, stored)
+    for w in fx.writes:
+        shell.write_line(w.peer, w.data)
+    for start in fx.starts:
+        shell.start_program(start)
+
+
+def prior(cp: Checkpoint, req: Request):
+    """What the checkpoint says a SEND (or a batch, or a cancel) with this request id got: the
+    core's input for a retry after a restart, so that it is stored once."""
+    if isinstance(req, (Send, Cancel)) and req.req:
+        return cp.find_send_done(req.req)
+    if isinstance(req, SendMany) and req.req and cp.find_send_done(f"{req.req}/0"):
+        found = [cp.find_send_done(f"{req.req}/{i}") for i in range(len(req.sends))]
+        return found if all(found) else None
+    return None
