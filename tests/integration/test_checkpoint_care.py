@@ -146,7 +146,8 @@ def test_check_tells_a_sound_checkpoint_from_a_damaged_one_and_backup_never_over
         assert again.returncode == 2 and "--force" in again.stderr and dest.read_bytes() == b"precious"
         forced = mccs_cli("checkpoint", "backup", "-c", str(a.config), str(dest), "--force", timeout=60)
         assert forced.returncode == 0 and dest.stat().st_mode & 0o777 == 0o600
-        for mine in (a.cfg.checkpoint, f"{a.cfg.checkpoint}-wal", a.cfg.socket):  # it replaced them (an adversarial test)
+        # it replaced them (an adversarial test)
+        for mine in (a.cfg.checkpoint, f"{a.cfg.checkpoint}-wal", a.cfg.socket):
             refused = mccs_cli("checkpoint", "backup", "-c", str(a.config), str(mine), "--force", timeout=60)
             assert refused.returncode == 2 and "a backup" in refused.stderr, refused.stderr
         with mccs.connect(a.config, None) as admin:

@@ -69,7 +69,7 @@ def test_two_ports_exchange_bytes_and_the_hook_sees_them(line):
 @pytest.mark.timeout(20)
 def test_port_reopens_after_a_hangup(line):
     ra, rb = Recorder(), Recorder()
-    with ra.port(line.end_a, backoff_max=0.4) as a, rb.port(line.end_b, backoff_max=0.4) as b:
+    with ra.port(line.end_a, backoff_max=0.4) as a, rb.port(line.end_b, backoff_max=0.4):
         assert ra.wait_state()[0] and rb.wait_state()[0]
         line.hangup()
         is_open, reason = rb.wait_state()

@@ -115,7 +115,8 @@ def test_an_urgent_message_goes_between_two_segments_of_a_large_transfer_at_9600
         waited, left = _urgent_wait(d["AA"], d["BB"], queue_bulk)
         frame = (frame_max + 15 + 16 + 16 + 10) * 10 / baud
         print(f"\nPRIORITY 9600 baud, large transfer: a priority-7 message arrived in {waited * 1000:.0f} ms "
-              f"with {left} messages still on the sender's SEND_LIST; one segment frame takes at most {frame * 1000:.0f} ms, "
+              f"with {left} messages still on the sender's SEND_LIST; "
+              f"one segment frame takes at most {frame * 1000:.0f} ms, "
               f"a whole large message {len(big) * 10 / baud:.1f} s")
         assert left >= 2
         with mccs.connect(d["BB"].config, "R") as r:

@@ -108,11 +108,13 @@ def test_signon_frames_byte_for_byte():
     assert SignOn("AA", 8, 128).encode() == body
     assert encode_frame("S", body=body) == b"\x7eS\x00\x00" + body + bytes.fromhex("ca ef 7e")
     # the reply T carries the answering host's own values and echoes the S's SESSION
-    for sr, feat in ((False, b""), (True, b" FEAT=SREJ,FCS32,FEC")):  # docs/DESIGN.md 4.1, then with the features offered
+    # docs/DESIGN.md 4.1, then with the features offered
+    for sr, feat in ((False, b""), (True, b" FEAT=SREJ,FCS32,FEC")):
         m = AsyncLine("BB", "AA", window=4, max_message=100, selective_repeat=sr)
         m.receive_data(encode_frame("S", body=SignOn("AA", 8, 128, "0000abcd").encode()), 0.0)
         t_body = b"MCCS/1 HOST=BB WINDOW=4 MAXMSG=100 SESSION=0000abcd" + feat
-        assert m.data_to_send() == b"\x7eT\x00\x00" + t_body + x25_bitwise(b"T\x00\x00" + t_body).to_bytes(2, "little") + b"\x7e"
+        assert m.data_to_send() == (b"\x7eT\x00\x00" + t_body
+                                    + x25_bitwise(b"T\x00\x00" + t_body).to_bytes(2, "little") + b"\x7e")
     # start() sends S with its own values and a fresh SESSION
     a = AsyncLine("AA", "BB", selective_repeat=False)
     a.start(0.0)
@@ -639,7 +641,8 @@ def test_the_bytes_a_frame_still_wants_are_never_more_than_it_has_left(fcs32, fe
     rng = random.Random(7)
     for _ in range(150):
         plain = bytes(b for b in range(256) if b not in special)  # half the frames with nothing to stuff
-        pick = (lambda: rng.choice((*special, rng.randrange(256)))) if rng.random() < 0.5 else (lambda: rng.choice(plain))
+        pick = ((lambda: rng.choice((*special, rng.randrange(256)))) if rng.random() < 0.5
+                else (lambda: rng.choice(plain)))
         data = bytes(pick() for _ in range(rng.randrange(0, 900)))
         img = encode("BBR", "AAP", rng.randrange(1, 65535), 0, data)
         kind = rng.choice("DDDAN")

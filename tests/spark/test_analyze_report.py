@@ -29,7 +29,8 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium 
 # page has loaded, writes what the images and the resources were into the DOM for --dump-dom.
 PROBE = """<script>
 window.__errors = [];
-window.addEventListener('error', e => window.__errors.push(String(e.message || (e.target && (e.target.src || e.target.href)))), true);
+window.addEventListener('error', e => window.__errors.push(
+  String(e.message || (e.target && (e.target.src || e.target.href)))), true);
 window.addEventListener('load', () => setTimeout(() => {
   const out = document.createElement('pre'); out.id = 'probe';
   out.textContent = JSON.stringify({
@@ -82,12 +83,14 @@ def test_the_browser_check_fails_on_a_broken_page(tmp_path):
     found = problems(render(page, tmp_path))
     assert any("missing.png" in p and p.startswith("image") for p in found), found
     assert any("no_such_function" in p for p in found), found
-    assert {"network request: http://example.invalid/a.css", "network request: https://example.invalid/b.png"} <= set(found)
+    assert {"network request: http://example.invalid/a.css",
+            "network request: https://example.invalid/b.png"} <= set(found)
 
 
 def test_time_bins_and_units():
     assert [time_bin(s) for s in (20, 600, 1799, 1800, 3 * 86400, 30 * 86400)] == [1, 5, 10, 60, 1800, 21600]
-    assert [pct(v) for v in (0.009709, 1.0, 0.9991, 0.99996, 0.0004, None)] == ["1.0%", "100%", "99.91%", ">99.99%", "<0.1%", "–"]
+    assert [pct(v) for v in (0.009709, 1.0, 0.9991, 0.99996, 0.0004, None)] == [
+        "1.0%", "100%", "99.91%", ">99.99%", "<0.1%", "–"]
     assert [duration(s) for s in (0.0123, 0.4, 1, 2.345, 75, 7384, 3 * 86400 + 7200)] == [
         "12 ms", "400 ms", "1 s", "2.35 s", "1 min 15 s", "2 h 03 min", "3 d 02 h"]
     assert (size(512), size(12_345), size(5_600_000)) == ("512 B", "12.3 kB", "5.6 MB")

@@ -158,20 +158,6 @@ def test_a_long_text_lives_in_texts_is_read_in_pieces_and_goes_with_its_row(tmp_
     cp.close()
 
 
-def test_creating_a_checkpoint_loads_no_numpy(tmp_path):
-    """sqlite-utils would import numpy (and pandas) if it could, 18 MB a new daemon keeps for
-    nothing; hidden while it loads, and importable as ever afterwards. In a process of its own,
-    since this one may have numpy already."""
-    import subprocess
-    import sys
-    pytest.importorskip("numpy")  # without numpy there is nothing to hide
-    code = ("import sys; from checkpoint.store import Checkpoint; Checkpoint(sys.argv[1], 'AA').close(); "
-            "loaded = 'numpy' in sys.modules; import numpy; print(loaded, numpy.__name__)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "AA.db")], capture_output=True, text=True,
-                         check=True, timeout=60).stdout.split()
-    assert out == ["False", "numpy"]
-
-
 def test_the_probe_of_a_full_disk_says_no_rather_than_raising(tmp_path, monkeypatch):
     """apply() reports SQLite's "full" as CheckpointFull: the daemon's probe of the disk took that
     for a failure of its own and never probed again, so a host stayed "disk full" after the disk

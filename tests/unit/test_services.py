@@ -145,7 +145,8 @@ def test_a_reply_handed_at_its_time_and_given_back_is_dropped(aa):
 
 
 def test_a_reply_not_taken_in_its_time_is_dropped_after_a_restart_too(aa):
-    req, svc = aa.client("AA", "REQ"), aa.client("AA", "SVC")
+    aa.client("AA", "REQ")  # the requester is attached, and never takes its reply
+    svc = aa.client("AA", "SVC")
     svc.send("AAREQ", b"unclaimed", user_id=77, reply=True, ttl=3.0)
     aa["AA"].crash()  # what gave up is forgotten; the reply's time is in the checkpoint
     aa.run(duration=2.5)

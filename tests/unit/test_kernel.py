@@ -218,8 +218,9 @@ def _streamed(tmp_path, monkeypatch, n: int, **keys):
     p = net["AA"].client("P")
     for i in range(n):
         p.send("BBR", bytes([i]) * 100)
-    frames = lambda: list({f[1]: b"\x7e" + f + b"\x7e" for f in b"".join(caught).strip(b"\x7e").split(b"\x7e\x7e")
-                           if f[:1] == b"D"}.values())  # by SEQ: a frame handed again is the same frame
+    def frames():
+        return list({f[1]: b"\x7e" + f + b"\x7e" for f in b"".join(caught).strip(b"\x7e").split(b"\x7e\x7e")
+                     if f[:1] == b"D"}.values())  # by SEQ: a frame handed again is the same frame
     while len(frames()) < n:  # AA's Message-Sender hands the line a few frames a pass
         net.now += 0.01
         net["AA"].run_pass()

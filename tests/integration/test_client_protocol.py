@@ -313,6 +313,7 @@ def test_error_codes_are_an_enum_of_the_documented_strings_and_go_on_the_wire_as
 
     from mccs.client.ipc import frame
     from mccs.core.requests import Code
-    assert {"bad_request", "bad_id", "unknown_host", "too_large", "disk_full", "not_permitted"} <= {c.value for c in Code}
+    assert ({"bad_request", "bad_id", "unknown_host", "too_large", "disk_full", "not_permitted"}
+            <= {c.value for c in Code})
     for codec, load in (("json", json.loads), ("msgpack", msgpack.unpackb)):
         assert load(frame({"code": Code.TOO_LARGE}, codec)[4:]) == {"code": "too_large"}

@@ -288,7 +288,8 @@ def test_wrong_types_in_requests_get_errors_not_crashes(host):
     d = host()
     raw = socket.socket(socket.AF_UNIX)
     raw.connect(d.cfg.socket)
-    bad = [{"op": "hello", "name": 5}, {"op": "hello", "name": "T"}, {"op": "hello", "name": "U"}, {"op": "recv", "from": 123},
+    bad = [{"op": "hello", "name": 5}, {"op": "hello", "name": "T"}, {"op": "hello", "name": "U"},
+           {"op": "recv", "from": 123},
            {"op": "recv", "timeout": "soon"}, {"op": "recv", "user_id": 70000}, {"op": "confirm", "rid": [1]},
            {"op": "send", "to": "AAX", "data": "eA==", "user_id": -1}, {"op": "send", "to": None, "data": "eA=="},
            {"op": "recv", "timeout": float("nan")}, {"op": "recv", "timeout": float("inf")},

@@ -23,8 +23,8 @@ def _ring(tmp_path: Path, messages: int, kill_every: float, kills: int, disconne
     args = ["--hosts", "5", "--topology", "ring", "--messages", str(messages), "--ttl", "2.5", "--receipts",
             "--kill-every", str(kill_every), "--kills", str(kills), "--disconnect-every", str(disconnect_every),
             "--disconnects", str(disconnects), "--timeout", str(timeout), "--dir", str(tmp_path / "run"), "--json"]
-    out = subprocess.run([sys.executable, "-m", "mccs.cli", "loopback", *args], capture_output=True, text=True, check=False,
-                         timeout=timeout + 60)
+    out = subprocess.run([sys.executable, "-m", "mccs.cli", "loopback", *args], capture_output=True, text=True,
+                         check=False, timeout=timeout + 60)
     # 1 with a verdict: it failed (asserted below); without one, the run itself failed
     assert out.returncode in (0, 1) and out.stdout.startswith("{"), out.stderr[-3000:]
     return json.loads(out.stdout)

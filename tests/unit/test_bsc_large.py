@@ -62,7 +62,8 @@ def test_a_station_offering_nothing_signs_on_as_version_1(code):
                    make_images("AA", "BB", 30), make_images("BB", "AA", 30), channel=Channel(seed=2, baud=9600))
     res.check()
     assert ups(res, "a") == ups(res, "b") == [(frozenset(), 0)]
-    assert not any(isinstance(e, FrameTraced) and e.dir == "tx" and e.kind == "FEAT" for _, s, e in res.events if s == "b")
+    assert not any(isinstance(e, FrameTraced) and e.dir == "tx" and e.kind == "FEAT"
+                   for _, s, e in res.events if s == "b")
 
 
 @pytest.mark.parametrize("code", ["ebcdic", "ascii"])
