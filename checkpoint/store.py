@@ -485,7 +485,8 @@ class Lists:
     send_list: list[Row]
     recv_list: list[Row]
     wait_list: list[PendingSend]
-    pairs_in: dict[tuple[str, int], tuple[str, int]]  # (origin, priority) -> (epoch, expected pseq): which wait for order
+    # (origin, priority) -> (epoch, expected pseq): which wait for order
+    pairs_in: dict[tuple[str, int], tuple[str, int]]
 
 
 def read_only_lists(path: str | os.PathLike) -> Lists:

@@ -224,9 +224,11 @@ class AsyncLine(AsyncSignOn):
         if self._chosen[0] != key:
             overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
             if self._sr:  # a lost copy is asked for again after about a round trip (_reask)
-                stall = lambda n: self._ask_wait_for(0, n) * self.baud / 10
+                def stall(n):
+                    return self._ask_wait_for(0, n) * self.baud / 10
             else:
-                stall = lambda n: self._timeout_for(n) * self.baud / 10
+                def stall(n):
+                    return self._timeout_for(n) * self.baud / 10
             self._chosen = key, best_choice(math.exp(step * RATE_STEP) if step is not None else 0.0, overhead,
                                             stall, 0 if self._sr else self._window - 1,
                                             min(LEAST_SEGMENT, self._maxmsg), self._maxmsg, key[-1])

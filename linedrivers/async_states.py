@@ -34,7 +34,7 @@ class SignOnKind(StrEnum):
     S = "S"  # a sign-on
     T = "T"  # its answer
     V = "V"  # with a secret: the proof of the end that sent S
-    O = "O"  # a sign-off or a refusal
+    O = "O"  # a sign-off or a refusal  # noqa: E741 (named for its wire letter, like S, T and V)
 
 
 class Await(StrEnum):

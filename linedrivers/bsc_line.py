@@ -9,7 +9,8 @@ disconnect timeout, so an ENQ that asks it to repeat its reply is never taken fo
 
 The machine is put together from parts, one module each: bsc_states (the states, phases and
 what each answer does in each phase, as tables), bsc_signon (identification and, with a secret,
-authentication: docs/PROTOCOL.md), bsc_agree (features and resume at sign-on), bsc_sender (bidding, transmitting), bsc_receiver (receive
+authentication: docs/PROTOCOL.md), bsc_agree (features and resume at sign-on), bsc_sender (bidding,
+transmitting), bsc_receiver (receive
 state); bsc_codes and bsc_reader are the wire. Here: the interface, output and dispatch.
 """
 from __future__ import annotations

@@ -328,7 +328,8 @@ def from_dict(doc: dict, path: str | os.PathLike = "<config>") -> HostConfig:
                 line.port = str((base / line.port).resolve())
         procs = [_build(ProcessConfig, t, f"{path} [[process]] #{i + 1}", base)
                  for i, t in enumerate(doc.get("process", []))]
-        routes = [_build(RouteConfig, t, f"{path} [[route]] #{i + 1}", base) for i, t in enumerate(doc.get("route", []))]
+        routes = [_build(RouteConfig, t, f"{path} [[route]] #{i + 1}", base)
+                  for i, t in enumerate(doc.get("route", []))]
         host = _build(HostConfig, doc["host"], f"{path} [host]", base,
                       {"lines": lines, "processes": procs, "routes": routes, "path": str(path)})
         host.check()

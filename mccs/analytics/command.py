@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
             progress.watch(spark)
             r = compact(spark, args.paths, args.out)
             progress.close()
-            print(f"{r['events']} events written as Parquet under {r['out']} ({r['malformed']} malformed lines skipped)")
+            print(f"{r['events']} events written as Parquet under {r['out']} "
+                  f"({r['malformed']} malformed lines skipped)")
             return 0
         summary = run_analysis(args.paths, out=args.out, master=args.master, since=args.since, until=args.until,
                                progress=progress)

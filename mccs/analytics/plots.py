@@ -103,7 +103,8 @@ def _timeline(plt, summary, tables, ws, we, width, starts, unit):
     """One row per line end: green UP, red DOWN after an UP (an outage, marked with a triangle so
     a short one shows on a long window), grey before its first UP."""
     import matplotlib.dates as mdates
-    sides = sorted({(d["line"], d["host"]) for d in summary["directions"]} | {(u["line"], u["host"]) for u in tables["up"]})
+    sides = sorted({(d["line"], d["host"]) for d in summary["directions"]}
+                   | {(u["line"], u["host"]) for u in tables["up"]})
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.35 * max(1, len(sides))))
     day = 86400.0
 

@@ -4,7 +4,8 @@ A SEND builds a MSGBLOK on SEND_LIST (or straight on RECV_LIST for a process on 
 stays on WAIT_LIST while that list is full or every free MSG_ID is in use. A RECV takes the
 first eligible MSGBLOK of its process name's mailbox (the handlers of a name ask in turn), or
 of the copies its connection observes, or only the reply to its request; it answers "nothing"
-(no-wait, or its timeout passed: a request's reply that comes later is late), or stays. Only the processes whose mailbox or RECVs changed are looked at, so a pass
+(no-wait, or its timeout passed: a request's reply that comes later is late), or stays. Only the
+processes whose mailbox or RECVs changed are looked at, so a pass
 costs the same however many RECVs wait. Changes, trace events and replies go into the pass's
 Effects; the shell commits the changes before it sends the replies.
 """

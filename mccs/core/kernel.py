@@ -36,8 +36,8 @@ from mccs.core.receiver import MessageReceiver
 from mccs.core.routing import RoutingTable
 from mccs.core.segments import Blobs, Forgets, Partial, Reassembly
 from mccs.core.queue import Queue
-from mccs.core.requests import (CODECS, NAMED, Cancel, Code, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request, RequestError, Send,
-                       SendMany)
+from mccs.core.requests import (CODECS, NAMED, Cancel, Code, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request,
+                       RequestError, Send, SendMany)
 from mccs.core.delivery import Delivery
 from mccs.core.sessions import Creds, Session, Sessions
 

@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         e, bare_f, full_f = r["events_per_second"], r["of_bare_scan"], r["of_full_scan"]
         print(f"  {r['events']:>10}  {e['jsonl']:>16.0f}  {e['parquet']:>13.0f}  {r['parquet_speedup']:>11.2f}x"
-              f"  {bare_f['jsonl']:>20.0%}, {bare_f['parquet']:>6.0%}  {full_f['jsonl']:>20.0%}, {full_f['parquet']:>6.0%}")
+              f"  {bare_f['jsonl']:>20.0%}, {bare_f['parquet']:>6.0%}"
+              f"  {full_f['jsonl']:>20.0%}, {full_f['parquet']:>6.0%}")
     largest = max(results, key=lambda r: r["events"])
     for target, met in ((f"JSON Lines analysis >= 70% of the bare JSON scan rate ({largest['events']} events)",
                          largest["of_bare_scan"]["jsonl"] >= 0.7),

@@ -69,8 +69,10 @@ def message_rate(send_config: Path, recv_config: Path, recv_host: str, pairs: in
     """Messages a second from `pairs` sender processes to as many receivers, first SEND to last RECV."""
     ctx = mp.get_context("fork")
     start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_receiver, args=(str(recv_config), f"R{i}", count, batch, start, out)) for i in range(pairs)]
-    procs += [ctx.Process(target=_sender, args=(str(send_config), f"S{i}", f"{recv_host}R{i}", count, size, batch, start, out))
+    procs = [ctx.Process(target=_receiver, args=(str(recv_config), f"R{i}", count, batch, start, out))
+             for i in range(pairs)]
+    procs += [ctx.Process(target=_sender,
+                          args=(str(send_config), f"S{i}", f"{recv_host}R{i}", count, size, batch, start, out))
               for i in range(pairs)]
     for p in procs:
         p.start()

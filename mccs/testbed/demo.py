@@ -95,4 +95,5 @@ def print_routing(trace_dirs: list[str], out=sys.stdout) -> None:
         print(f"  e.g. {sender} to {receiver} (MSG_ID {msg_id}) was stored at {path}", file=out)
     print(f"  routes that moved to another neighbour: {len(story['moved'])}", file=out)
     for host, dest, old, new, dist in story["moved"][:3]:
-        print(f"    {host}: messages for {dest} now go via {new}, not {old} ({dist} line{'s' if dist > 1 else ''})", file=out)
+        print(f"    {host}: messages for {dest} now go via {new}, not {old} ({dist} line{'s' if dist > 1 else ''})",
+              file=out)

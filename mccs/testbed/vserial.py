@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("examples:\n"
                      "  mccs vserial --dir /tmp/vs AA-BB BB-CC --baud 9600 --ber 1e-4 --latency 0.01\n"
                      "  mccs vserial --dir /tmp/vs AA-BB --flap 30,2 --hangup   # pull the cable every 30 s for 2 s\n"
-                     "  mccs vserial --dir /tmp/vs AA-BB --log /tmp/vs/AA-BB.log  # every byte, with time and direction")
+                     "  mccs vserial --dir /tmp/vs AA-BB --log /tmp/vs/AA-BB.log"
+                     "  # every byte, with time and direction")
     parser.add_argument("lines", nargs="+", metavar="AA-BB", help="a line between hosts AA and BB")
     parser.add_argument("--dir", default="/tmp/mccs-vserial", help="where the end symlinks go (default %(default)s)")
     parser.add_argument("--baud", type=int, default=9600, help="line speed in bit/s (default %(default)s)")
@@ -86,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insert", type=float, default=0.0, help="probability that a random byte is added")
     parser.add_argument("--seed", type=int, help="random seed for the faults (line i uses SEED+i)")
     parser.add_argument("--flap", metavar="UP,DOWN", help="disconnect every UP seconds for DOWN seconds")
-    parser.add_argument("--hangup", action="store_true", help="with --flap: hang up (ports vanish) instead of going silent")
+    parser.add_argument("--hangup", action="store_true",
+                        help="with --flap: hang up (ports vanish) instead of going silent")
     parser.add_argument("--log", metavar="FILE", help="append every byte (epoch time, direction, hex) to FILE")
 
 

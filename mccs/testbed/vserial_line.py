@@ -43,7 +43,8 @@ class _Direction:
     """One direction of the line: the bytes in flight and its impairment state."""
     name: str  # "a>b" or "b>a"
     rng: random.Random
-    segments: collections.deque = field(default_factory=collections.deque)  # [t0, bytearray]: byte k arrives at t0+(k+1)*bt
+    # [t0, bytearray]: byte k arrives at t0+(k+1)*bt
+    segments: collections.deque = field(default_factory=collections.deque)
     line_free: float = 0.0  # when the transmitter finishes the last byte it accepted
     backlog: int = 0
     stalled: bool = False  # the receiving pty is full (nobody reads it)
