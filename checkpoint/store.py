@@ -1,5 +1,5 @@
 """The checkpoint: one SQLite file per host holding WAIT_LIST's SEND requests, SEND_LIST,
-RECV_LIST, the MSG_ID counter, the duplicate window and the sent window (DESIGN.md section 5).
+RECV_LIST, the MSG_ID counter, the duplicate window and the sent window (docs/DESIGN.md section 5).
 
 The daemon's core hands over a pass's changes as data (`checkpoint.changes`); `apply()` runs
 them in one transaction and commits (group commit) before anything that depends on them leaves

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
 
 from .async_frames import (FCS32, FCS32_EXTRA, FEC, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED,
@@ -53,7 +55,8 @@ class AsyncLine(AsyncSignOn):
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
                  retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None,
                  features: tuple[str, ...] = (), selective_repeat: bool = True, large: int = 0,
-                 fcs32: bool | None = None, fec: bool | None = None):
+                 fcs32: bool | None = None, fec: bool | None = None,
+                 random_bytes: Callable[[int], bytes] = secrets.token_bytes):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
@@ -61,6 +64,7 @@ class AsyncLine(AsyncSignOn):
         if secret is not None and not secret:
             raise ValueError("an empty secret")
         self.local, self.peer = check_host_id(local), check_host_id(peer)
+        self.random_bytes = random_bytes  # sessions and nonces: secrets by default, seeded in tests
         self.window, self.baud, self.max_message = window, baud, max_message
         self.large = large  # offered as LARGE= at sign-on: the owner cuts larger messages in segments
         self.special = XONXOFF_STUFFED if xonxoff_safe else STUFFED

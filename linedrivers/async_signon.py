@@ -8,7 +8,6 @@ fails a proof and the sign-on is refused, as with a wrong secret.
 """
 from __future__ import annotations
 
-import secrets
 from typing import Callable
 
 from .async_frames import FCS32, FEC, REFUSED, SREJ, SignOn
@@ -39,8 +38,8 @@ class AsyncSignOn:
 
     def _sign_on(self) -> None:
         """Send S with a fresh SESSION (with a secret, a fresh nonce too) and wait for T."""
-        self.session = secrets.token_hex(4)
-        self._nonce = new_nonce() if self.secret is not None else b""
+        self.session = self.random_bytes(4).hex()
+        self._nonce = new_nonce(self.random_bytes) if self.secret is not None else b""
         self._s_body = self._signon_body(self.session, self._nonce)
         self._send_signon("S", self.session)
         self._await(Await.SIGNON)
@@ -141,7 +140,7 @@ class AsyncSignOn:
             self._down("peer restarted")
         self.state, self.session, self._peer_session = State.VERIFYING, "", signon.session
         self._reset(min(self.window, signon.window), min(self.max_message, signon.maxmsg))
-        hs = Handshake(self.secret, signon.host, self.local, signon.nonce, new_nonce())
+        hs = Handshake(self.secret, signon.host, self.local, signon.nonce, new_nonce(self.random_bytes))
         self._hs = hs = hs.covering(covered(body), self._signon_body(signon.session, hs.responder_nonce))
         self._t_body = self._signon_body(signon.session, hs.responder_nonce, hs.proof(RESPONDER))
         self._emit("T", body=self._t_body)

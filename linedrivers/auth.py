@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 NONCE_SIZE = 16
@@ -36,8 +37,9 @@ AUTH_FAILED = "failed authentication (a different secret, a replayed sign-on, or
 _KEY_LABEL = b"MCCS line auth 1 frames "
 
 
-def new_nonce() -> bytes:
-    return secrets.token_bytes(NONCE_SIZE)
+def new_nonce(random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> bytes:
+    """A fresh nonce from the machine's random source (secrets in the daemon, seeded in tests)."""
+    return random_bytes(NONCE_SIZE)
 
 
 def hkdf(secret: bytes, salt: bytes, info: bytes, length: int = 32) -> bytes:

@@ -15,8 +15,9 @@ state); bsc_codes and bsc_reader are the wire. Here: the interface, output and d
 """
 from __future__ import annotations
 
+import secrets
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .auth import TRAILER_SIZE, FrameAuth, Handshake
 from .bsc_agree import BscAgreement
@@ -66,7 +67,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
                  block_size: int = 256, baud: int = 9600, max_message: int = 128,
                  reply_timeout: float = 3.0, retry_limit: int = 7, disconnect_timeout: float = 20.0,
                  ttd_timeout: float = 2.0, secret: bytes | None = None, features: Iterable[str] = (),
-                 large: int = 0):
+                 large: int = 0, random_bytes: Callable[[int], bytes] = secrets.token_bytes):
         if role not in ("primary", "secondary"):
             raise ValueError(f"BSC role must be 'primary' or 'secondary', not {role!r}")
         if code not in CODE_SETS:
@@ -76,6 +77,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         if secret is not None and not secret:
             raise ValueError("an empty secret")
         self.local, self.peer = check_host_id(local), check_host_id(peer)
+        self.random_bytes = random_bytes  # nonces: secrets by default, seeded in tests
         self.primary = role == "primary"
         self.cs = cs = CODE_SETS[code]
         self.block_size, self.baud, self.retry_limit = block_size, baud, retry_limit

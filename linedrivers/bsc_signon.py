@@ -118,7 +118,7 @@ class BscSignOn:
     def _challenge(self) -> None:
         """Answer an ID ENQ with an ID ACK0 carrying our nonce; LineUp waits for the proof block."""
         self._reset_sender()
-        self._hs = Handshake(self.secret, self.peer, self.local, responder_nonce=new_nonce())
+        self._hs = Handshake(self.secret, self.peer, self.local, responder_nonce=new_nonce(self.random_bytes))
         ident = self.cs.encode_id(self.local, True, self._hs.responder_nonce)
         self._seq["ID_ACK0"] = self.cs.sequence("ACK0", ident)
         self._enter_receive("ID_ACK0")
@@ -128,7 +128,7 @@ class BscSignOn:
         if len(nonce) != NONCE_SIZE:  # the nonce or its check was hit on the line: ask again later
             self.counters["bad_ids"] += 1
             return
-        self._hs = Handshake(self.secret, self.local, self.peer, new_nonce(), nonce)
+        self._hs = Handshake(self.secret, self.local, self.peer, new_nonce(self.random_bytes), nonce)
         self._auth = self._hs.frames(self.local)
         self._send_hello(now, PROOF_MAGIC + self._hs.initiator_nonce + self._hs.proof(INITIATOR), 1, "AUTH")
 

@@ -18,6 +18,7 @@ checkpoint, as kill -9 and a restart would. No threads, no sockets, no real time
 from __future__ import annotations
 
 import itertools
+import random
 from pathlib import Path
 
 from checkpoint.store import Checkpoint
@@ -44,6 +45,7 @@ class SimHost:
     def __init__(self, net: "SimNet", cfg: HostConfig):
         self.net, self.cfg, self.id = net, cfg, cfg.id
         self.cp = Checkpoint(cfg.checkpoint, cfg.id, "off")
+        self.random = random.Random(f"{net.seed}/{cfg.id}")  # the line machines' sessions and nonces: seeded
         self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
         self.passes: list[Effects] = []  # every pass's effects, oldest first
@@ -54,7 +56,7 @@ class SimHost:
         self._conns = itertools.count(1)
 
     def _core(self) -> Kernel:
-        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob)
+        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob, random_bytes=self.random.randbytes)
 
     def open_ports(self) -> None:
         for peer in self.kernel.lines.lcbs:
@@ -170,6 +172,7 @@ class SimNet:
     def __init__(self, directory: str | Path, hosts: dict[str, list[LineConfig]], *, seed: int = 0,
                  processes: dict[str, list[ProcessConfig]] | None = None, **host_keys):
         self.now = 0.0
+        self.seed = seed
         self._deadlines: list[float | None] = []
         self.dir = Path(directory)
         self.channels: dict[tuple[str, str], Channel] = {}

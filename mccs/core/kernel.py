@@ -53,8 +53,10 @@ CONFIRM_WAIT = 1.0
 class Kernel:
     def __init__(self, cfg: HostConfig, state: Restored,
                  new_machine: Callable[[LineConfig], LineMachine] | None = None,
-                 read_blob: Callable[[Stored, int, int], bytes] | None = None):
-        """`read_blob(stored, offset, n)` reads a piece of a large message from the checkpoint."""
+                 read_blob: Callable[[Stored, int, int], bytes] | None = None,
+                 random_bytes: Callable[[int], bytes] | None = None):
+        """`read_blob(stored, offset, n)` reads a piece of a large message from the checkpoint;
+        `random_bytes(n)` is the line machines' random source (the shell's; None: secrets)."""
         self.cfg = cfg
         self.host = cfg.id
         self.counters: collections.Counter = collections.Counter()
@@ -84,7 +86,8 @@ class Kernel:
                                    self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.blobs,
                                    self.control, self.counters)
         self.lines = Lines(self.host, cfg.max_message, cfg.lines,
-                           new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, epoch=self.epoch)),
+                           new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, self.epoch,
+                                                                   random_bytes)),
                            self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
                            PeerEpochs(state.peer_epochs), self.control.holds, self.counters, cfg.too_large_wait,
                            Forgets.restored(state.forgets))

@@ -123,7 +123,7 @@ class LineControlBlock:
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
-    features: tuple[str, ...] = ()  # what this sign-on agreed beyond DESIGN.md (FEAT= at both ends)
+    features: tuple[str, ...] = ()  # what this sign-on agreed beyond docs/DESIGN.md (FEAT= at both ends)
     routed_before: bool = False  # a sign-on on this line agreed on routing (since the daemon started)
     downgrades: int = 0  # sign-ons without routing since, each answered by signing on again
     transfer: Transfer | None = None  # the last message sent in segments, for status

@@ -1,7 +1,8 @@
-"""The seam between the daemon and a line protocol: the interface of DESIGN.md section 4.0 as a
+"""The seam between the daemon and a line protocol: the interface of docs/DESIGN.md section 4.0 as a
 Protocol class, and the factory that builds a line's machine from its configuration."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from linedrivers.events import Event
@@ -37,20 +38,23 @@ class LineMachine(Protocol):
     def room(self) -> int: ...
 
 
-def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "") -> LineMachine:
+def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "",
+                 random_bytes: Callable[[int], bytes] | None = None) -> LineMachine:
     """The protocol's machine with every timer and limit from the config. An async line offers
     FEATURES and LARGE= (the host's max_message; a text longer than a frame goes in segments) at
     sign-on; its frames carry at most `frame_max` bytes of text, with room for the routing
     envelope and the segment trailer, which ride inside the image's MESSAGE. A BSC line offers
     the same; both offer `epoch` (EPOCH=, the host's checkpoint epoch). Whatever max_message,
-    a line takes whole messages of DAEMON_ROOM bytes: a notice must reach every host."""
-    machine = _machine(host, lc, max_message)
+    a line takes whole messages of DAEMON_ROOM bytes: a notice must reach every host.
+    `random_bytes`: the machine's random source for sessions and nonces (the shell's: secrets in
+    the daemon, seeded in the simulator); None leaves the machine's own (secrets)."""
+    machine = _machine(host, lc, max_message, {} if random_bytes is None else {"random_bytes": random_bytes})
     machine.epoch = epoch
     return machine
 
 
-def _machine(host: str, lc: LineConfig, max_message: int) -> LineMachine:
-    common = dict(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+def _machine(host: str, lc: LineConfig, max_message: int, common: dict) -> LineMachine:
+    common.update(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
     if lc.secret is not None:
         common["secret"] = lc.secret
     if lc.protocol == "async":

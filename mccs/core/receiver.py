@@ -2,7 +2,7 @@
 
 A message for this host goes on RECV_LIST: in order per origin when it came with a routing
 envelope (`pairs`), by the duplicate window of (origin, MSG_ID) when it came over a line that
-speaks DESIGN.md's version 1. A message for another host, over a routing line, goes on SEND_LIST
+speaks docs/DESIGN.md's version 1. A message for another host, over a routing line, goes on SEND_LIST
 for its next hop (store and forward). A routing update changes the routes. Every arrival is
 stored in the pass that acknowledges it (durable before ACK), whatever happens to it next.
 """
@@ -123,7 +123,7 @@ class MessageReceiver:
             self._by_window(src, m, fx, wall)
 
     def _by_window(self, src: Arrival, m: Image, fx: Effects, wall: float) -> None:
-        """DESIGN.md's rule: a key among the last ones received from its origin is a duplicate."""
+        """docs/DESIGN.md's rule: a key among the last ones received from its origin is a duplicate."""
         if m.key in self.dups:
             self._duplicate(src, m, fx)
             return

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import shlex
 import signal
 import sqlite3
@@ -97,7 +98,7 @@ class Daemon:
                  lists["send"], lists["recv"], lists["wait"], self.kernel.ids.next_id)
 
     def _core(self) -> Kernel:
-        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob)
+        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob, random_bytes=secrets.token_bytes)
 
     def run(self) -> int:
         """Initialization, then the loop until SIGTERM or SIGINT."""

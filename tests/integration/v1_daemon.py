@@ -7,7 +7,7 @@ from mccs import cli
 from mccs.core import kernel
 
 
-def v1_machine(host, lc, max_message, epoch=""):  # a version-1 station sends no EPOCH
+def v1_machine(host, lc, max_message, epoch="", random_bytes=None):  # a version-1 station sends no EPOCH
     return AsyncLine(host, lc.peer, window=lc.window, keepalive=lc.keepalive, baud=lc.baud, max_message=max_message,
                      reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit, selective_repeat=False)
 

@@ -333,13 +333,10 @@ def test_a_peer_that_does_not_offer_fec_sees_the_line_unchanged(monkeypatch):
     in both runs: with a random one the two runs differed now and then (4 of 100 fresh processes
     failed, probably a sign-on frame one stuffed byte longer, which moves where the noise falls)."""
     import itertools
-    import types
     writes = {}
     for offers in (True, False):
-        sessions = itertools.count(1)
-        monkeypatch.setattr("linedrivers.async_signon.secrets",
-                            types.SimpleNamespace(token_hex=lambda n: f"{next(sessions):0{2 * n}x}"))
-        kw = dict(max_message=4096, baud=115200)
+        sessions = itertools.count(1)  # the machines' random source, the same in both runs
+        kw = dict(max_message=4096, baud=115200, random_bytes=lambda n: next(sessions).to_bytes(n, "big"))
         h = up_pair(dict(kw, fec=offers), dict(kw, fec=False), Channel(7, ber=1.25e-5, baud=115200))
         wire_a, wire_b = tap(h, "a"), tap(h, "b")
         Segmenter("a", 256 * 1024).run(h, 5000)

@@ -136,9 +136,10 @@ def test_a_host_started_afresh_is_heard_at_once_with_its_old_msg_ids(tmp_path, p
 def _plain_machine(epoch_too: bool):
     """The daemon's lines as docs/DESIGN.md's version 1 (no ROUTE2: no envelope, no end-to-end numbers),
     with or without EPOCH= in the sign-on."""
-    def make(host, lc, max_message, epoch=""):
+    def make(host, lc, max_message, epoch="", random_bytes=None):
         m = AsyncLine(host, lc.peer, window=lc.window, keepalive=lc.keepalive, baud=lc.baud,
-                      max_message=max_message, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+                      max_message=max_message, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit,
+                      random_bytes=random_bytes)
         m.epoch = epoch if epoch_too else ""
         return m
     return make

@@ -624,3 +624,16 @@ def test_cancel_takes_back_a_waiting_send(tmp_path):
     stored = s.send("AAR", b"3", req="three")["msg_id"]
     late = s.ask({"op": "cancel", "req": "three"})  # stored already: the cancel says which MSG_ID it got
     assert (late["cancelled"], late["msg_id"], late["to"]) == (False, stored, "AAR   ")
+
+
+def test_the_line_machines_draw_their_sessions_and_nonces_from_the_source_the_shell_gives(tmp_path):
+    """The core does not reach for `secrets`: the simulator seeds the machines' random source, so
+    a run is the same run again (the daemon gives them secrets.token_bytes)."""
+    import re
+
+    def first_session(path, seed):  # (each checkpoint has an epoch of its own: only the SESSION is compared)
+        net = SimNet(path, {"AA": [line("BB")], "BB": [line("AA")]}, seed=seed)
+        signon = next(w.data for w in net["AA"].run_pass().writes if w.peer == "BB")
+        return re.search(rb"SESSION=(\w+)", signon).group(1)
+    same = first_session(tmp_path / "a", 1), first_session(tmp_path / "b", 1)
+    assert same[0] == same[1] and first_session(tmp_path / "c", 2) != same[0]

@@ -503,9 +503,7 @@ DOC_SECRET = b"correct horse battery staple"
 NA, NB = bytes(range(16)), bytes(range(0x10, 0x20))
 
 
-def test_known_answers_of_the_protocol_document(monkeypatch):
-    import linedrivers.async_signon as async_signon
-    import linedrivers.bsc_signon as bsc_signon
+def test_known_answers_of_the_protocol_document():
     hs = Handshake(DOC_SECRET, "AA", "BB", NA, NB)
     assert hs.proof(INITIATOR).hex() == "27a5031d0420f429c60aef7cbff0778a"  # BSC: no bodies, version 1
     s_body = b"MCCS/1 HOST=AA WINDOW=8 MAXMSG=128 SESSION=0000abcd AUTH=000102030405060708090a0b0c0d0e0f"
@@ -519,11 +517,10 @@ def test_known_answers_of_the_protocol_document(monkeypatch):
     assert keys.tx_key.hex() == "00f4484226396e4b07efa647041bdee9e547d3180c50f74b38d25f4d838a36c3"
     assert keys.rx_key.hex() == "ce720dfc230b188cf74f97f085c33ef40071cca4cb0d029d62d7a49fbe5fefba"
     # async: S, T, V, then AA's first D and BB's A
-    nonces = iter([NA, NB])
-    monkeypatch.setattr(async_signon, "new_nonce", lambda: next(nonces))
-    monkeypatch.setattr(async_signon.secrets, "token_hex", lambda n: "0000abcd")
-    a, b = (AsyncLine("AA", "BB", secret=DOC_SECRET, selective_repeat=False),  # the bytes of the document
-            AsyncLine("BB", "AA", secret=DOC_SECRET, selective_repeat=False))
+    drawn_by_a = iter([bytes.fromhex("0000abcd"), NA])  # its SESSION, then its nonce
+    a, b = (AsyncLine("AA", "BB", secret=DOC_SECRET, selective_repeat=False,  # the bytes of the document
+                      random_bytes=lambda n: next(drawn_by_a)),
+            AsyncLine("BB", "AA", secret=DOC_SECRET, selective_repeat=False, random_bytes=lambda n: NB))
     a.start(0.0)
     s = a.data_to_send()
     assert s == b"\x7eS\x00\x00" + s_body + b"\xfd\x92\x7e"
@@ -544,10 +541,8 @@ def test_known_answers_of_the_protocol_document(monkeypatch):
     b.confirm()
     assert b.data_to_send().hex(" ") == "7e 41 00 01 00 01 1e 95 bd e0 91 04 18 d8 b3 55 7e"
     # BSC, ASCII: ID ENQ, ID ACK0, proof block, ACK1, then AA's EOT
-    nonces = iter([NB, NA])
-    monkeypatch.setattr(bsc_signon, "new_nonce", lambda: next(nonces))
-    a = BscLine("AA", "BB", code="ascii", secret=DOC_SECRET)
-    b = BscLine("BB", "AA", role="secondary", code="ascii", secret=DOC_SECRET)
+    a = BscLine("AA", "BB", code="ascii", secret=DOC_SECRET, random_bytes=lambda n: NA)  # the nonces of the document
+    b = BscLine("BB", "AA", role="secondary", code="ascii", secret=DOC_SECRET, random_bytes=lambda n: NB)
     a.start(0.0)
     expect = [("a", "16 16 4d 43 43 53 41 41 2b 05 ff"),
               ("b", "16 16 " + b"MCCSBB+101112131415161718191A1B1C1D1E1FCABD".hex(" ") + " 10 30 ff"),
