@@ -91,3 +91,22 @@ def daemon_pair(tmp_path):
         a.stop()
         b.stop()
         vl.close()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """tmpfs(size): a folder on a file system of that size ("4m"; tmpfs, so root only: else the
+    test is skipped), unmounted at the end. For the full-disk tests."""
+    mounted = []
+
+    def mount(size: str) -> Path:
+        mnt = tmp_path / f"small-{len(mounted)}"
+        mnt.mkdir()
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                                               capture_output=True).returncode:
+            pytest.skip("needs root and tmpfs to make a small file system (run the suite as root)")
+        mounted.append(mnt)
+        return mnt
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", "-l", str(mnt)])
