@@ -16,7 +16,6 @@ lease at most, and loses nothing.
 """
 from __future__ import annotations
 
-import collections
 import json
 import logging
 from dataclasses import dataclass
@@ -26,10 +25,11 @@ from checkpoint.changes import Table
 
 from mccs.core.effects import Effects
 from mccs.core.envelope import PRIORITY_MAX
-from mccs.core.lists import MSGBLOK, Lists
+from mccs.core.lists import MSGBLOK
 from mccs.core.notices import NAME, Notices
 from mccs.core.requests import Code
 from mccs.core.sessions import Sessions
+from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.control")
 
@@ -46,10 +46,10 @@ class PendingPing:
 
 
 class Control:
-    def __init__(self, host: str, quotas: dict[str, int], lists: Lists, sessions: Sessions, notices: Notices,
-                 counters: collections.Counter):
-        self.host, self.quotas = host, quotas  # process id -> max_waiting
-        self.lists, self.sessions, self.notices, self.counters = lists, sessions, notices, counters
+    def __init__(self, hs: HostState, sessions: Sessions, notices: Notices):
+        self.host = hs.id
+        self.quotas = {hs.id + p.name.ljust(4): p.max_waiting for p in hs.cfg.processes if p.max_waiting}  # -> cap
+        self.lists, self.sessions, self.notices, self.counters = hs.lists, sessions, notices, hs.counters
         self.pings: dict[int, PendingPing] = {}  # by the ping message's MSG_ID
         self.held: dict[str, float] = {}  # TO_ID -> wall time until which this origin keeps its messages for it
         self.holding: dict[str, dict[str, float]] = {}  # a name over its quota here -> origins told, when

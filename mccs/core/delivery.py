@@ -12,17 +12,16 @@ Decisions are made here, in the pass; the shell starts programs and says when on
 """
 from __future__ import annotations
 
-import collections
 import logging
 from dataclasses import dataclass
 
 from linedrivers.ids import process_id
 
-from mccs.config import ProcessConfig
 from mccs.core.effects import Effects
-from mccs.core.lists import MSGBLOK, Lists
+from mccs.core.lists import MSGBLOK
 from mccs.core.notices import Notices
 from mccs.core.sessions import Sessions
+from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.delivery")
 
@@ -42,10 +41,10 @@ class Program:
 
 
 class Delivery:
-    def __init__(self, host: str, processes: list[ProcessConfig], buffers: int, lists: Lists, sessions: Sessions,
-                 notices: Notices, counters: collections.Counter):
-        self.host, self.buffers, self.lists, self.sessions = host, buffers, lists, sessions
-        self.notices, self.counters = notices, counters
+    def __init__(self, hs: HostState, sessions: Sessions, notices: Notices):
+        host, processes = hs.id, hs.cfg.processes
+        self.host, self.buffers, self.lists, self.sessions = host, hs.cfg.buffers, hs.lists, sessions
+        self.notices, self.counters = notices, hs.counters
         self.discard = {process_id(host + p.name) for p in processes if p.disposition == "discard"}
         self.programs = {prog.pid: prog for prog in (Program(process_id(host + p.name), p.start, p.backoff_max)
                                                      for p in processes if p.start)}

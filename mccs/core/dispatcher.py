@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 
-from collections import Counter, deque
+from collections import deque
 from typing import Callable
 
 from checkpoint import changes as ch
@@ -23,11 +23,11 @@ from linedrivers.ids import host_of
 
 from mccs.core.effects import Effects
 from mccs.core.envelope import FAILED, REPLY
-from mccs.core.lists import MSGBLOK, PRQBLOK, Lists, RecvList, Sequence
-from mccs.core.msgids import MsgIds
+from mccs.core.lists import MSGBLOK, PRQBLOK, RecvList
 from mccs.core.notices import fields
-from mccs.core.segments import Blobs, crc_of
+from mccs.core.segments import crc_of
 from mccs.core.sessions import Session, Sessions
+from mccs.core.host import HostState
 
 
 def message_body(blk: MSGBLOK, wall: float) -> dict:
@@ -64,12 +64,11 @@ def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
 
 
 class ProcessDispatcher:
-    def __init__(self, host: str, buffers: int, ttl: float, lists: Lists, ids: MsgIds, seqs: Sequence,
-                 sessions: Sessions, counters: Counter, blobs: Blobs, over_quota: Callable[[str], bool]):
+    def __init__(self, hs: HostState, sessions: Sessions, over_quota: Callable[[str], bool]):
         """`over_quota(to_id)`: does that process of this host have its max_waiting messages?"""
-        self.host, self.buffers, self.ttl, self.blobs = host, buffers, ttl, blobs
+        self.host, self.buffers, self.ttl, self.blobs = hs.id, hs.cfg.buffers, hs.cfg.ttl, hs.blobs
         self.over_quota = over_quota
-        self.lists, self.ids, self.seqs, self.sessions, self.counters = lists, ids, seqs, sessions, counters
+        self.lists, self.ids, self.seqs, self.sessions, self.counters = hs.lists, hs.ids, hs.seqs, sessions, hs.counters
 
     def sends(self, fx: Effects, wall: float) -> None:
         wait = self.lists.wait

@@ -10,7 +10,6 @@ Message-Sender -> line -> Message-Receiver -> RECV_LIST -> Process-Dispatcher ->
 """
 from __future__ import annotations
 
-import collections
 import logging
 from typing import Callable
 
@@ -40,6 +39,7 @@ from mccs.core.requests import (CODECS, NAMED, Cancel, Code, Confirm, Hello, Obs
                        RequestError, Send, SendMany)
 from mccs.core.delivery import Delivery
 from mccs.core.sessions import Creds, Session, Sessions
+from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.kernel")
 
@@ -59,39 +59,30 @@ class Kernel:
         `random_bytes(n)` is the line machines' random source (the shell's; None: secrets)."""
         self.cfg = cfg
         self.host = cfg.id
-        self.counters: collections.Counter = collections.Counter()
-        self.lists = Lists()
-        self.seqs = Sequence(state.next_seq)
-        self.ids = MsgIds(self.host, state.next_msg_id, state.sent_keys)
-        self.dups = KeyWindow(Table.DUP_WINDOW, state.dup_keys)
-        self.sessions = Sessions(cfg.processes, cfg.strict_names)
         self.epoch = state.epoch
         self.disk_full = False
-        self.pairs = Pairs(state.epoch, PairsOut(state.pairs_out), PairsIn(state.pairs_in))
-        self.routes = RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
-                                   cfg.routing == "auto", state.known_hosts,
-                                   {lc.peer for lc in cfg.lines if lc.protocol == "bsc"})
-        self.blobs = Blobs(read_blob)
+        hs = HostState(cfg, Lists(), MsgIds(self.host, state.next_msg_id, state.sent_keys), Sequence(state.next_seq),
+                       Pairs(state.epoch, PairsOut(state.pairs_out), PairsIn(state.pairs_in)),
+                       RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
+                                    cfg.routing == "auto", state.known_hosts,
+                                    {lc.peer for lc in cfg.lines if lc.protocol == "bsc"}),
+                       Blobs(read_blob))
+        self.counters, self.lists, self.seqs, self.ids = hs.counters, hs.lists, hs.seqs, hs.ids
+        self.pairs, self.routes, self.blobs = hs.pairs, hs.routes, hs.blobs
+        self.dups = KeyWindow(Table.DUP_WINDOW, state.dup_keys)
+        self.sessions = Sessions(cfg.processes, cfg.strict_names)
         self.reassembly = Reassembly(cfg.max_message, [Partial(*p) for p in state.partials], state.seg_done)
         self._restore(state)
-        self.notices = Notices(self.host, cfg.ttl, self.lists, self.ids, self.seqs, self.counters)
-        self.control = Control(self.host, {self.host + p.name.ljust(4): p.max_waiting for p in cfg.processes
-                                           if p.max_waiting}, self.lists, self.sessions, self.notices, self.counters)
-        self.dispatcher = ProcessDispatcher(self.host, cfg.buffers, cfg.ttl, self.lists, self.ids, self.seqs,
-                                            self.sessions, self.counters, self.blobs, self.control.over_quota)
-        self.delivery = Delivery(self.host, cfg.processes, cfg.buffers, self.lists, self.sessions, self.notices,
-                                 self.counters)
+        self.notices = Notices(hs)
+        self.control = Control(hs, self.sessions, self.notices)
+        self.dispatcher = ProcessDispatcher(hs, self.sessions, self.control.over_quota)
+        self.delivery = Delivery(hs, self.sessions, self.notices)
         self.lists.arrived.clear()  # restored, not arrived: observers got their copies before
-        receiver = MessageReceiver(self.host, cfg.max_message, cfg.hop_limit, self.lists, self.ids, self.dups,
-                                   self.seqs, self.pairs, self.routes, self.notices, self.reassembly, self.blobs,
-                                   self.control, self.counters)
-        self.lines = Lines(self.host, cfg.max_message, cfg.lines,
-                           new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, self.epoch,
-                                                                   random_bytes)),
-                           self.lists, self.ids, self.seqs, self.pairs, self.routes, receiver, self.blobs,
-                           PeerEpochs(state.peer_epochs), self.control.holds, self.counters, cfg.too_large_wait,
-                           Forgets.restored(state.forgets))
-        self.queue = Queue(self.host, self.lists, self.lines, self.pairs.into, self.notices)
+        receiver = MessageReceiver(hs, self.dups, self.notices, self.reassembly, self.control)
+        self.lines = Lines(hs, new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, self.epoch,
+                                                                       random_bytes)),
+                           receiver, PeerEpochs(state.peer_epochs), self.control.holds, Forgets.restored(state.forgets))
+        self.queue = Queue(hs, self.lines, self.notices)
         self._now = 0.0
         self._fx = Effects()
         self._sends = 0

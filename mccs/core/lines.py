@@ -34,14 +34,13 @@ from mccs.config import LineConfig
 from mccs.core.effects import Effects
 from mccs.core.envelope import Envelope
 from mccs.core.epochs import PeerEpochs
-from mccs.core.lists import MSGBLOK, BlockState, Lists, Sequence
+from mccs.core.lists import MSGBLOK, BlockState
 from mccs.core.machine import ROUTE, LineMachine
-from mccs.core.msgids import MsgIds
 from mccs.core.notices import fields
-from mccs.core.pairs import Pairs
 from mccs.core.receiver import Arrival, MessageReceiver
-from mccs.core.routing import INFINITY, RoutingTable, encode_vector
-from mccs.core.segments import FORGET, Blobs, Forget, Forgets
+from mccs.core.routing import INFINITY, encode_vector
+from mccs.core.segments import FORGET, Forget, Forgets
+from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.lines")
 
@@ -179,22 +178,18 @@ class Transfer:
 class Lines:
     """Every line of the host. `new_machine(lc)` builds a line's protocol machine."""
 
-    def __init__(self, host: str, max_message: int, configs: list[LineConfig],
-                 new_machine: Callable[[LineConfig], LineMachine],
-                 lists: Lists, ids: MsgIds, seqs: Sequence, pairs: Pairs, routes: RoutingTable,
-                 receiver: MessageReceiver, blobs: Blobs, epochs: PeerEpochs,
-                 holds: Callable[[MSGBLOK, float], bool], counters: collections.Counter, too_large_wait: float,
-                 forgets: Forgets | None = None):
-        """`holds(blk, wall)`: does this origin keep the block back (its name's quota, mccs.core.control)?
-        `too_large_wait`: seconds a block the peer cannot take holds up those behind it (then returned).
+    def __init__(self, hs: HostState, new_machine: Callable[[LineConfig], LineMachine], receiver: MessageReceiver,
+                 epochs: PeerEpochs, holds: Callable[[MSGBLOK, float], bool], forgets: Forgets | None = None):
+        """A Line Control Block for each of the host's [[line]]s, its machine made by `new_machine`.
+        `holds(blk, wall)`: does this origin keep the block back (its name's quota, mccs.core.control)?
         `forgets`: those owed to next hosts, as restored (mccs.core.segments)."""
-        self.host, self.max_message, self.blobs, self.epochs = host, max_message, blobs, epochs
-        self.too_large_wait = too_large_wait
+        self.host, self.max_message, self.blobs, self.epochs = hs.id, hs.cfg.max_message, hs.blobs, epochs
+        self.too_large_wait = hs.cfg.too_large_wait  # a block the peer cannot take holds up the rest this long
         self._now = 0.0
         self.new_machine = new_machine
-        self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
-        self.pairs, self.routes, self.receiver, self.holds = pairs, routes, receiver, holds
-        self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in configs}
+        self.lists, self.ids, self.seqs, self.counters = hs.lists, hs.ids, hs.seqs, hs.counters
+        self.pairs, self.routes, self.receiver, self.holds = hs.pairs, hs.routes, receiver, holds
+        self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in hs.cfg.lines}
         self.forgets = forgets or Forgets()
         # blocks in segments a next host holds the start of (acked_by), and the forget it gets if they do not end there
         self.holding: dict[int, tuple[MSGBLOK, Forget]] = {}

@@ -29,7 +29,6 @@ met the hop limit (a routing loop) is told at once where it met it, its void owi
 """
 from __future__ import annotations
 
-import collections
 import json
 import logging
 
@@ -39,8 +38,8 @@ from linedrivers.ids import host_of
 
 from mccs.core.effects import Effects
 from mccs.core.envelope import NOTICE, REPLY, VOID
-from mccs.core.lists import MSGBLOK, Lists, Sequence
-from mccs.core.msgids import MsgIds
+from mccs.core.lists import MSGBLOK
+from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.notices")
 
@@ -86,10 +85,9 @@ def describe(notice: dict, host: str) -> str:
 
 
 class Notices:
-    def __init__(self, host: str, ttl: float, lists: Lists, ids: MsgIds, seqs: Sequence,
-                 counters: collections.Counter):
-        self.host, self.ttl = host, ttl
-        self.lists, self.ids, self.seqs, self.counters = lists, ids, seqs, counters
+    def __init__(self, hs: HostState):
+        self.host, self.ttl = hs.id, hs.cfg.ttl
+        self.lists, self.ids, self.seqs, self.counters = hs.lists, hs.ids, hs.seqs, hs.counters
 
     def expire(self, fx: Effects, wall: float) -> None:
         """Every block on SEND_LIST whose time has passed, in the pass; a void whose destination

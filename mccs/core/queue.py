@@ -25,10 +25,11 @@ from mccs.core.dispatcher import answer
 from mccs.core.effects import Effects
 from mccs.core.envelope import HELD, NOTICE, RECEIPT, VOID
 from mccs.core.lines import Lines
-from mccs.core.lists import MSGBLOK, PRQBLOK, BlockState, Lists
+from mccs.core.lists import MSGBLOK, PRQBLOK, BlockState
 from mccs.core.notices import Notices
 from mccs.core.pairs import PairsIn
 from mccs.core.requests import Code, QueueRequest, Ref, RequestError
+from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.queue")
 
@@ -101,8 +102,8 @@ def from_checkpoint(lists: store.Lists, wall: float) -> list[tuple[dict, Item]]:
 class Queue:
     """The operator's requests, queued by the kernel and carried out in its pass."""
 
-    def __init__(self, host: str, lists: Lists, lines: Lines, pairs_in: PairsIn, notices: Notices):
-        self.host, self.lists, self.lines, self.pairs_in, self.notices = host, lists, lines, pairs_in, notices
+    def __init__(self, hs: HostState, lines: Lines, notices: Notices):
+        self.host, self.lists, self.lines, self.pairs_in, self.notices = hs.id, hs.lists, lines, hs.pairs.into, notices
         self.ops: list[tuple[int, object, QueueRequest]] = []  # (connection, request id, request)
         self.purging: list[MSGBLOK] = []  # purged while a line held a piece of them: held until it is back
 

@@ -22,12 +22,13 @@ from linedrivers.image import Image
 from mccs.core import envelope, routing, segments
 from mccs.core.effects import Effects
 from mccs.core.envelope import SEGMENT, VOID, Envelope, from_wire
-from mccs.core.lists import MSGBLOK, Lists, Sequence
-from mccs.core.msgids import KeyWindow, MsgIds
+from mccs.core.lists import MSGBLOK
+from mccs.core.msgids import KeyWindow
 from mccs.core.control import Control
 from mccs.core.notices import NAME as DAEMON_NAME
 from mccs.core.notices import DAEMON_ROOM, Notices, fields
-from mccs.core.pairs import Pairs, Verdict
+from mccs.core.pairs import Verdict
+from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.receiver")
 
@@ -43,16 +44,14 @@ class Arrival:
 
 
 class MessageReceiver:
-    def __init__(self, host: str, max_message: int, hop_limit: int, lists: Lists, ids: MsgIds, dups: KeyWindow,
-                 seqs: Sequence, pairs: Pairs, routes: routing.RoutingTable, notices: Notices,
-                 reassembly: segments.Reassembly, blobs: segments.Blobs, control: Control,
-                 counters: collections.Counter):
-        self.host, self.hop_limit = host, hop_limit
-        self.max_message = max(max_message, DAEMON_ROOM)  # what the lines take whole (mccs.core.machine)
+    def __init__(self, hs: HostState, dups: KeyWindow, notices: Notices, reassembly: segments.Reassembly,
+                 control: Control):
+        self.host, self.hop_limit = hs.id, hs.cfg.hop_limit
+        self.max_message = max(hs.cfg.max_message, DAEMON_ROOM)  # what the lines take whole (mccs.core.machine)
         self.control = control
-        self.lists, self.ids, self.dups, self.seqs = lists, ids, dups, seqs
-        self.pairs, self.routes, self.notices, self.counters = pairs, routes, notices, counters
-        self.reassembly, self.blobs = reassembly, blobs
+        self.lists, self.ids, self.dups, self.seqs = hs.lists, hs.ids, dups, hs.seqs
+        self.pairs, self.routes, self.notices, self.counters = hs.pairs, hs.routes, notices, hs.counters
+        self.reassembly, self.blobs = reassembly, hs.blobs
 
     def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
         try:  # a segment's text is a piece and its trailer: the whole message is checked as it completes
