@@ -65,7 +65,7 @@ def fields(m: MSGBLOK) -> dict:
 
 
 def notice_text(kind: str, msg_id: int, to_id: str, reason: str, wall: float) -> bytes:
-    """A notice's MESSAGE: compact JSON, at most DAEMON_ROOM bytes (tests/test_notices.py)."""
+    """A notice's MESSAGE: compact JSON, at most DAEMON_ROOM bytes (tests/unit/test_routing.py checks it)."""
     return json.dumps({"notice": kind, "msg_id": msg_id, "to_id": to_id, "reason": reason, "at": round(wall, 3)},
                       separators=(",", ":")).encode()
 
@@ -136,11 +136,11 @@ class Notices:
             self.undeliverable(fx, blk, why, wall)
             self.settle(fx, blk, wall)
             return False
-        owed = bool(blk.pseq) and why != "hop limit" and not blk.flags & (NOTICE | REPLY)
-        self.undeliverable(fx, blk, why, wall, tell=not owed)
+        owes = bool(blk.pseq) and why != "hop limit" and not blk.flags & (NOTICE | REPLY)
+        self.undeliverable(fx, blk, why, wall, tell=not owes)
         if not blk.pseq:
             return False
-        blk.data, blk.expires, blk.flags = (why.encode(), wall + self.ttl, VOID) if owed else (b"", 0.0, VOID)
+        blk.data, blk.expires, blk.flags = (why.encode(), wall + self.ttl, VOID) if owes else (b"", 0.0, VOID)
         return True
 
     def settle(self, fx: Effects, void: MSGBLOK, wall: float) -> None:
