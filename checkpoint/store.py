@@ -69,6 +69,18 @@ class Checkpoint:
             raise
         self.commits = 0
 
+    @classmethod
+    def in_memory(cls, host_id: str) -> "Checkpoint":
+        """A checkpoint with no file, for the simulator's hosts (tools/hostsim.py): the same schema,
+        statements and reads, no lock and no disk; what it holds lives as long as the object (a
+        simulated crash keeps it, as the disk would)."""
+        cp = cls.__new__(cls)
+        cp.path, cp.host_id, cp._lock_fd, cp.commits = Path(":memory:"), host_id, -1, 0
+        cp.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        cp._create(cp.conn)
+        cp._check_identity(cp.conn)
+        return cp
+
     # -- opening -------------------------------------------------------------------------
     def _lock(self) -> tuple[int, bool]:
         """One daemon per checkpoint: an flock on a side file, released by the kernel if we die.

@@ -1,12 +1,12 @@
 """MCCS hosts in memory: the daemon's core (`mccs.core.kernel.Kernel`) without its asyncio shell.
 
 A `SimNet` runs hosts on a virtual clock (its wall clock a real date, WALL0 on: what the
-daemons stamp, such as a notice's time, is as long as in use); each host is a Kernel with a real checkpoint file
-(synchronous off: a test is not a power cut) whose pass effects are performed as the daemon
-performs them, through the daemon's own driver (mccs.daemon.driver): changes applied and committed,
-then trace events kept (`SimHost.traces`), replies delivered to the simulated processes, bytes
-written to in-memory lines (`mccs.testbed.linesim.Channel`, with impairments), programs to start
-recorded (`SimHost.starts`).
+daemons stamp, such as a notice's time, is as long as in use). Each host is a Kernel with the
+daemon's checkpoint store held in memory (`Checkpoint.in_memory`: no disk). Its pass effects are
+performed as the daemon performs them, through the daemon's own driver (mccs.daemon.driver):
+changes applied and committed, then trace events kept (`SimHost.traces`), replies delivered to
+the simulated processes, bytes written to in-memory lines (`mccs.testbed.linesim.Channel`, with
+impairments), programs to start recorded (`SimHost.starts`).
 `crash()` throws a host's memory away, uncommitted effects and all, and restores it from its
 checkpoint, as kill -9 and a restart would. No threads, no sockets, no real time.
 
@@ -44,7 +44,7 @@ def line(peer: str, **keys) -> LineConfig:
 class SimHost:
     def __init__(self, net: "SimNet", cfg: HostConfig):
         self.net, self.cfg, self.id = net, cfg, cfg.id
-        self.cp = Checkpoint(cfg.checkpoint, cfg.id, "off")
+        self.cp = Checkpoint.in_memory(cfg.id)  # the daemon's store, without a disk: unit tests touch none
         self.random = random.Random(f"{net.seed}/{cfg.id}")  # the line machines' sessions and nonces: seeded
         self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
@@ -103,10 +103,7 @@ class SimHost:
         """`mccs daemon --new-checkpoint` after the checkpoint was lost: a new epoch, MSG_IDs from 1,
         nothing remembered."""
         self.cp.close()
-        for path in Path(self.cfg.checkpoint).parent.glob(f"{Path(self.cfg.checkpoint).name}*"):
-            if not path.name.endswith(".lock"):
-                path.unlink()
-        self.cp = Checkpoint(self.cfg.checkpoint, self.id, "off", new=True)
+        self.cp = Checkpoint.in_memory(self.id)
         self.crash()
 
     def client(self, name: str | None, creds: Creds | None = None) -> "SimClient":

@@ -637,3 +637,13 @@ def test_the_line_machines_draw_their_sessions_and_nonces_from_the_source_the_sh
         return re.search(rb"SESSION=(\w+)", signon).group(1)
     same = first_session(tmp_path / "a", 1), first_session(tmp_path / "b", 1)
     assert same[0] == same[1] and first_session(tmp_path / "c", 2) != same[0]
+
+
+def test_the_simulated_hosts_keep_their_checkpoint_in_memory_through_a_crash(tmp_path):
+    """Unit tests touch no disk: the simulator's checkpoint is the daemon's store in memory, and a
+    crash (memory rebuilt from it) keeps what was committed."""
+    net = SimNet(tmp_path, {"AA": [line("BB")]})
+    net.client("AA", "P").send("AAR", b"kept")
+    net["AA"].crash()
+    assert net.client("AA", "R").recv()["msg"] is not None
+    assert list(tmp_path.iterdir()) == []  # no checkpoint file, no lock, no WAL
