@@ -163,7 +163,7 @@ def urgent_wait(a: DaemonProcess, b: DaemonProcess, queued: int, samples: int) -
     the wire time of one bulk frame (text, routing envelope, image header, framing)."""
     import mccs
     baud = 9600
-    frame = lambda size: (size + 15 + 16 + 10) * 10 / baud  # noqa: E731 - as tests/test_priority_daemons.py
+    frame = lambda size: (size + 15 + 16 + 10) * 10 / baud  # noqa: E731 - as tests/integration/test_priority_daemons.py
     waits = []
     with mccs.connect(a.config, "US") as s, mccs.connect(b.config, "UR") as r:
         for i in range(queued):

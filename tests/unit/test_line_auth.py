@@ -411,7 +411,7 @@ def test_a_bsc_announcement_rewritten_by_a_relay_is_refused(side, key, code):
 def test_async_proofs_of_the_previous_version_are_refused_not_hung(linedrivers_at, start):
     """Both ends of an async line with a secret must run version 2 of the proofs: against version 1
     (the commit before), the sign-on is refused as a bad proof. (BSC's proof is unchanged:
-    tests/test_bsc_large.py signs on with a station of commit 5bef087.)"""
+    tests/unit/test_bsc_large.py signs on with a station of commit 5bef087.)"""
     old = linedrivers_at(BEFORE_PROOFS_2)
     h = Harness(machines("async")[0], lambda: old.AsyncLine("BB", "AA", secret=SECRET), start=start, backoff=5)
     h.send("a", make_images("AA", "BB", 3))

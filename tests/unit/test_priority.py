@@ -1,5 +1,5 @@
 """Priorities, ping and quotas in the daemon's core, over simulated lines (tools.hostsim): the
-state machines in memory; tests/test_priority_daemons.py runs the same over real daemons."""
+state machines in memory; tests/integration/test_priority_daemons.py runs the same over real daemons."""
 from __future__ import annotations
 
 import base64

@@ -1,6 +1,6 @@
 """Services in the daemon's core, in memory (tools.hostsim: real checkpoint files, a virtual
 clock): several handlers of a name, observers, request and reply, dispositions and programs
-started on demand. The same features with real daemons: tests/test_services_daemons.py."""
+started on demand. The same features with real daemons: tests/integration/test_services_daemons.py."""
 from __future__ import annotations
 
 import base64
