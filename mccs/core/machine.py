@@ -48,13 +48,16 @@ def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "",
     a line takes whole messages of DAEMON_ROOM bytes: a notice must reach every host.
     `random_bytes`: the machine's random source for sessions and nonces (the shell's: secrets in
     the daemon, seeded in the simulator); None leaves the machine's own (secrets)."""
-    machine = _machine(host, lc, max_message, {} if random_bytes is None else {"random_bytes": random_bytes})
+    machine = _machine(host, lc, max_message, random_bytes)
     machine.epoch = epoch
     return machine
 
 
-def _machine(host: str, lc: LineConfig, max_message: int, common: dict) -> LineMachine:
-    common.update(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+def _machine(host: str, lc: LineConfig, max_message: int,
+             random_bytes: Callable[[int], bytes] | None) -> LineMachine:
+    common: dict = dict(baud=lc.baud, reply_timeout=lc.reply_timeout, retry_limit=lc.retry_limit)
+    if random_bytes is not None:
+        common["random_bytes"] = random_bytes
     if lc.secret is not None:
         common["secret"] = lc.secret
     if lc.protocol == "async":
