@@ -31,12 +31,19 @@ class Table(StrEnum):
     SEND_ACKED = "send_acked"  # SEND_LIST blocks in segments: bytes the next host holds
     SEG_DONE = "seg_done"  # large messages received lately: a resent last segment is a duplicate
     PEER_EPOCH = "peer_epoch"  # per neighbour: the checkpoint epoch it last signed on with
+    CUSTODY_OUT = "custody_out"  # per destination host and priority: this origin keeps copies from pseq `first`
+    #                              (since the destination's `epoch`)
+    CUSTODY_IN = "custody_in"  # per origin host and priority: its custody stream here (epoch), and whether syncing
 
 
 MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch", "expires",
                    "flags", "crc", "priority")
 WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "flags", "priority")
 
+
+#: A SEND_LIST row's stored-only flag (the wire's FLAGS byte has no bit free): a copy this origin
+#: keeps after the next host acknowledged it, until the destination has it taken (mccs.core.custody).
+CUSTODY = 0x100
 
 INLINE_MAX = 65536  # a text longer than this is kept in the checkpoint only (Stored), not in memory
 
@@ -272,6 +279,20 @@ def set_pair_in(origin: str, priority: int, epoch: str, expect: int) -> Change:
                   (origin, priority, epoch, expect))
 
 
+def set_custody_out(dest: str, priority: int, first: int, epoch: str) -> Change:
+    """This origin keeps a copy of each message for (dest, priority) from pseq `first` until it is
+    taken there (mccs.core.custody); `epoch`: the destination's when it began."""
+    return Change(f"INSERT OR REPLACE INTO {Table.CUSTODY_OUT} (dest, priority, first, epoch) VALUES (?, ?, ?, ?)",
+                  (dest, priority, first, epoch))
+
+
+def set_custody_in(origin: str, priority: int, epoch: str, syncing: bool) -> Change:
+    """The origin keeps copies of its stream to this host (it probed it); `syncing`: this host was
+    restored from a backup and waits for the origin's probe before it hands that stream on."""
+    return Change(f"INSERT OR REPLACE INTO {Table.CUSTODY_IN} (origin, priority, epoch, syncing) VALUES (?, ?, ?, ?)",
+                  (origin, priority, epoch, int(syncing)))
+
+
 @dataclass
 class Restored:
     """Everything the lists held at the last commit."""
@@ -291,3 +312,5 @@ class Restored:
     seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
     peer_epochs: dict[str, str] = field(default_factory=dict)  # neighbour -> the epoch it last signed on with
     forgets: list[tuple] = field(default_factory=list)  # (peer, from_id, msg_id, to_id, total, crc) still to tell
+    custody_out: dict[tuple[str, int], tuple[int, str]] = field(default_factory=dict)  # -> (first kept, dest epoch)
+    custody_in: dict[tuple[str, int], tuple[str, bool]] = field(default_factory=dict)  # -> (epoch, syncing)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .changes import MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Restored, Row, Stored, Table
+from .changes import (CUSTODY, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Restored, Row,
+                      Stored, Table)
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -39,10 +40,12 @@ WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id
                   "flags": int, "priority": int}
 PAIR_OUT_SCHEMA = {"dest": str, "priority": int, "next": int}
 PAIR_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "expect": int}
+CUSTODY_OUT_SCHEMA = {"dest": str, "priority": int, "first": int, "epoch": str}
+CUSTODY_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "syncing": int}
 
 log = logging.getLogger("checkpoint.store")
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: Bytes of a text a version-8 partial held, copied into one row of PIECES each (_migrate_from_8).
 PIECE_COPY = 1 << 16
 RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
@@ -162,6 +165,7 @@ class Checkpoint:
             self._create_routing_tables(db)
             self._create_segment_tables(db)
             db[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
+            self._create_custody_tables(db)
             db[Table.META].insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                        {"key": "host_id", "value": self.host_id},
                                        {"key": "next_msg_id", "value": "1"},
@@ -205,6 +209,15 @@ class Checkpoint:
                 db.execute(f"DROP TRIGGER IF EXISTS {table}_text_{trigger}")
                 db.execute(f"CREATE TRIGGER {table}_text_{trigger} {when} BEGIN {drop} END")
 
+    @staticmethod
+    def _create_custody_tables(db: sqlite_utils.Database) -> None:
+        """End-to-end custody (schema 10, mccs.core.custody): the streams this origin keeps copies
+        of, and the streams whose origin keeps copies of what it sends here."""
+        for table, schema, key in ((Table.CUSTODY_OUT, CUSTODY_OUT_SCHEMA, "dest"),
+                                   (Table.CUSTODY_IN, CUSTODY_IN_SCHEMA, "origin")):
+            if table not in db.table_names():
+                db[table].create(schema, pk=(key, "priority"))
+
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if meta.get("host_id") != self.host_id:
@@ -216,7 +229,8 @@ class Checkpoint:
                                   f"this MCCS reads versions 1 to {SCHEMA_VERSION}")
         for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
                                (4, self._migrate_from_4), (5, self._migrate_from_5),
-                               (6, self._migrate_from_6), (7, self._migrate_from_7), (8, self._migrate_from_8)):
+                               (6, self._migrate_from_6), (7, self._migrate_from_7), (8, self._migrate_from_8),
+                               (9, self._migrate_from_9)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -323,6 +337,13 @@ class Checkpoint:
                         conn.execute(f"INSERT INTO {Table.PIECES} (text, off, data) VALUES (?, ?, ?)",
                                      (pid, off, blob.read(min(PIECE_COPY, got - off))))
                 conn.execute(f"DELETE FROM {Table.TEXTS} WHERE id = ?", (pid,))
+            conn.execute(f"UPDATE {Table.META} SET value = '9' WHERE key = 'schema_version'")
+
+    def _migrate_from_9(self, conn: sqlite3.Connection) -> None:
+        """Version 10 keeps end-to-end custody: no stream has it yet, so nothing else changes."""
+        with conn:
+            conn.execute("BEGIN")
+            self._create_custody_tables(_database(conn))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -330,24 +351,38 @@ class Checkpoint:
         end-to-end numbers after the backup that its peers still remember, and holds messages the
         peers have had since. It keeps its lists but starts a new incarnation: a new epoch (the
         peers forget what they kept of the old one, mccs.core.epochs), its own messages numbered again
-        from 1, and nothing remembered of the peers' ids and numbers, which they restart too. A
-        message delivered after the backup may so come once more; none accepted is dropped."""
+        from 1 (the copies it kept for custody are dropped: they cannot be matched any more), and
+        nothing remembered of the peers' ids and numbers, which they restart too. Except the streams
+        whose origin keeps custody copies: their order is kept, and they are marked syncing, so
+        that the origin's probe tells which restored messages were taken since the backup and
+        which it must send again (mccs.core.custody)."""
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if RESTORED not in meta:
             return
         with conn:
             conn.execute("BEGIN")
-            for table in (Table.DUP_WINDOW, Table.SENT_WINDOW, Table.PAIR_IN, Table.PAIR_OUT, Table.SEND_ACKED,
-                          Table.SEG_DONE, Table.FORGETS):  # (the peers drop what this host fed them: new epoch)
+            for table in (Table.DUP_WINDOW, Table.SENT_WINDOW, Table.PAIR_OUT, Table.SEND_ACKED,
+                          Table.SEG_DONE, Table.FORGETS, Table.CUSTODY_OUT):  # (the peers drop what this host fed them)
                 conn.execute(f"DELETE FROM {table}")
+            conn.execute(f"DELETE FROM {Table.PAIR_IN} WHERE NOT EXISTS (SELECT 1 FROM {Table.CUSTODY_IN} c WHERE "
+                         f"c.origin = {Table.PAIR_IN}.origin AND c.priority = {Table.PAIR_IN}.priority AND "
+                         f"c.epoch = {Table.PAIR_IN}.epoch)")
+            conn.execute(f"DELETE FROM {Table.CUSTODY_IN} WHERE NOT EXISTS (SELECT 1 FROM {Table.PAIR_IN} p WHERE "
+                         f"p.origin = {Table.CUSTODY_IN}.origin AND p.priority = {Table.CUSTODY_IN}.priority)")
+            conn.execute(f"UPDATE {Table.CUSTODY_IN} SET syncing = 1")
             conn.execute(f"DELETE FROM {Table.PIECES} WHERE text IN (SELECT id FROM {Table.PARTIALS})")
             conn.execute(f"DELETE FROM {Table.PARTIALS}")
+            conn.execute(f"DELETE FROM {Table.SEND_LIST} WHERE flags & ?", (CUSTODY,))
             conn.execute(f"UPDATE {Table.SEND_LIST} SET pseq = 0, epoch = '' WHERE substr(from_id, 1, 2) = ?",
                          (self.host_id,))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'epoch'", (secrets.token_hex(4),))
             conn.execute(f"DELETE FROM {Table.META} WHERE key = ?", (RESTORED,))
         log.warning("checkpoint %s was restored from a backup taken at %s: this host starts a new epoch with its "
                     "lists as they were then", self.path, meta[RESTORED])
+
+    def renew_if_restored(self) -> None:
+        """The same on an open checkpoint (the simulator's, restored in memory)."""
+        self._renew_if_restored(self.conn)
 
     # -- Initialization -------------------------------------------------------------------
     def restore(self) -> Restored:
@@ -369,7 +404,11 @@ class Checkpoint:
                           f"FROM {Table.PARTIALS}").fetchall(),
                         q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall(),
                         dict(q(f"SELECT host, epoch FROM {Table.PEER_EPOCH}").fetchall()),
-                        q(f"SELECT peer, from_id, msg_id, to_id, total, crc FROM {Table.FORGETS}").fetchall())
+                        q(f"SELECT peer, from_id, msg_id, to_id, total, crc FROM {Table.FORGETS}").fetchall(),
+                        {(d, p): (f, e) for d, p, f, e in
+                         q(f"SELECT dest, priority, first, epoch FROM {Table.CUSTODY_OUT}")},
+                        {(o, p): (e, bool(s)) for o, p, e, s in
+                         q(f"SELECT origin, priority, epoch, syncing FROM {Table.CUSTODY_IN}")})
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:

@@ -21,7 +21,7 @@ import itertools
 import random
 from pathlib import Path
 
-from checkpoint.store import Checkpoint
+from checkpoint.store import RESTORED, Checkpoint
 from checkpoint.changes import Stored
 from mccs.core import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
@@ -104,6 +104,22 @@ class SimHost:
         nothing remembered."""
         self.cp.close()
         self.cp = Checkpoint.in_memory(self.id)
+        self.crash()
+
+    def backup(self) -> Checkpoint:
+        """`mccs checkpoint backup`: a copy of the checkpoint as of the last commit, marked as a
+        backup (the daemon that opens it renews the host)."""
+        copy = Checkpoint.in_memory(self.id)
+        self.cp.conn.backup(copy.conn)
+        copy.conn.execute("INSERT INTO meta (key, value) VALUES (?, 'simulated')", (RESTORED,))
+        return copy
+
+    def restore(self, backup: Checkpoint) -> None:
+        """The host's disk lost and `backup` put in its place (as a copy), then the daemon started."""
+        self.cp.close()
+        self.cp = Checkpoint.in_memory(self.id)
+        backup.conn.backup(self.cp.conn)
+        self.cp.renew_if_restored()
         self.crash()
 
     def client(self, name: str | None, creds: Creds | None = None) -> "SimClient":

@@ -9,6 +9,7 @@ flagged NOTICE (it never gets a notice of its own), of priority 7, whose text is
     {"pong": "PROC", "attached": true}      the answer, USER_ID = the ping's MSG_ID
     {"hold": "LEDG"}                        this host's LEDG has max_waiting messages: keep yours for it
     {"release": "LEDG"}                     it took some: send again
+    {"state": ...}, {"probe": ...}, {"sync": ...}   end-to-end custody (mccs.core.custody)
 
 A hold binds the origin for HOLD_LEASE seconds, and is told again halfway while the name is
 still at its quota: a release lost with a restarted daemon delays that name's messages by a
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from checkpoint import changes as ch
 from checkpoint.changes import Table
 
+from mccs.core import custody
+from mccs.core.custody import Custody
 from mccs.core.effects import Effects
 from mccs.core.envelope import PRIORITY_MAX
 from mccs.core.lists import MSGBLOK
@@ -46,10 +49,11 @@ class PendingPing:
 
 
 class Control:
-    def __init__(self, hs: HostState, sessions: Sessions, notices: Notices):
+    def __init__(self, hs: HostState, sessions: Sessions, notices: Notices, custody: Custody):
         self.host = hs.id
         self.quotas = {hs.id + p.name.ljust(4): p.max_waiting for p in hs.cfg.processes if p.max_waiting}  # -> cap
         self.lists, self.sessions, self.notices, self.counters = hs.lists, sessions, notices, hs.counters
+        self.custody = custody
         self.pings: dict[int, PendingPing] = {}  # by the ping message's MSG_ID
         self.held: dict[str, float] = {}  # TO_ID -> wall time until which this origin keeps its messages for it
         self.holding: dict[str, dict[str, float]] = {}  # a name over its quota here -> origins told, when
@@ -93,18 +97,24 @@ class Control:
     def arrived(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:
         """A message for this daemon, off RECV_LIST (it was stored with its arrival), acted on."""
         fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
+        if blk.pseq:  # taken: its origin's custody copy may go (mccs.core.custody)
+            self.lists.recv.left.add(blk.stream)
         origin = blk.origin
         try:
             body = json.loads(bytes(blk.data))
-            kind = next(k for k in ("ping", "pong", "hold", "release") if k in body)
+            kind = next(k for k in ("ping", "pong", "hold", "release", *custody.KINDS) if k in body)
             name = body[kind]
-            if not isinstance(name, str) or len(name) > 4:
-                raise ValueError(f"{kind} names {name!r}, not a process name")
-        except (ValueError, TypeError, StopIteration, UnicodeDecodeError) as e:
+            if not isinstance(name, str) or len(name) > (8 if kind in custody.KINDS else 4):
+                raise ValueError(f"{kind} names {name!r}, not a process name or an epoch")
+            if kind in custody.KINDS:
+                self.custody.arrived(fx, kind, origin, body, wall)
+        except (ValueError, TypeError, KeyError, StopIteration, UnicodeDecodeError, AttributeError) as e:
             self.counters["bad_daemon_messages"] += 1
             log.warning("%s: dropped a daemon message %s from %s: %s", self.host, blk.name, blk.from_id, e)
             return
         self.counters[f"{kind}s_in"] += 1
+        if kind in custody.KINDS:
+            return
         fx.trace("msg", "control", control=kind, name=name, origin=origin, msg_id=blk.msg_id)
         if kind == "ping":
             attached = self.sessions.attached(self.host + name.ljust(4))

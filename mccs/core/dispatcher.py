@@ -96,7 +96,7 @@ class ProcessDispatcher:
         while queue:
             prq = queue[0]
             if not prq.done:
-                if len(target) >= self.buffers or self.ids.full:
+                if len(target) + (0 if local else self.lists.send.kept) >= self.buffers or self.ids.full:
                     break
                 if local and self.over_quota(prq.to_id):
                     kept.append(prq)
@@ -119,8 +119,9 @@ class ProcessDispatcher:
 
     def _fits(self, sends: list[PRQBLOK], local: list[bool]) -> bool:
         n_local = sum(local)
-        return (len(self.lists.recv) + n_local <= self.buffers and len(self.lists.send) + len(sends) - n_local
-                <= self.buffers and self.ids.room(len(sends))
+        return (len(self.lists.recv) + n_local <= self.buffers
+                and len(self.lists.send) + self.lists.send.kept + len(sends) - n_local <= self.buffers
+                and self.ids.room(len(sends))
                 and not any(self.over_quota(p.to_id) for p, is_local in zip(sends, local) if is_local))
 
     def _store(self, prq: PRQBLOK, local: bool, fx: Effects, wall: float) -> int:

@@ -38,6 +38,8 @@ PRIORITY_SHIFT = 5  # on the wire, FLAGS >> 5 is the priority (HELD, stored only
 PRIORITY_MAX = 7
 REPLY = 0x40  # stored: the answer to a request (USER_ID = the request's MSG_ID); only that request takes it
 FAILED = 0x80  # stored: a reply with ok=False
+#  0x100 is checkpoint.changes.CUSTODY (stored: a copy kept for custody)
+LOOSE = 0x200  # stored: goes without an end-to-end number (custody's own messages, which need no order)
 
 
 def to_wire(flags: int) -> int:

@@ -14,12 +14,13 @@ import logging
 from typing import Callable
 
 from checkpoint import changes as ch
-from checkpoint.changes import Stored, Table
+from checkpoint.changes import CUSTODY, Stored, Table
 from checkpoint.changes import Restored
 from linedrivers.ids import host_of
 
 from mccs.config import HostConfig, LineConfig
 from mccs.core.control import Control
+from mccs.core.custody import Custody
 from mccs.core.dispatcher import ProcessDispatcher, answer
 from mccs.core.effects import Effects
 from mccs.core.lines import Lines
@@ -62,7 +63,8 @@ class Kernel:
         self.epoch = state.epoch
         self.disk_full = False
         hs = HostState(cfg, Lists(), MsgIds(self.host, state.next_msg_id, state.sent_keys), Sequence(state.next_seq),
-                       Pairs(state.epoch, PairsOut(state.pairs_out), PairsIn(state.pairs_in)),
+                       Pairs(state.epoch, PairsOut(state.pairs_out, state.custody_out),
+                             PairsIn(state.pairs_in, state.custody_in)),
                        RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
                                     cfg.routing == "auto", state.known_hosts,
                                     {lc.peer for lc in cfg.lines if lc.protocol == "bsc"}),
@@ -72,16 +74,19 @@ class Kernel:
         self.dups = KeyWindow(Table.DUP_WINDOW, state.dup_keys)
         self.sessions = Sessions(cfg.processes, cfg.strict_names)
         self.reassembly = Reassembly(cfg.max_message, [Partial(*p) for p in state.partials], state.seg_done)
-        self._restore(state)
         self.notices = Notices(hs)
-        self.control = Control(hs, self.sessions, self.notices)
+        self.custody = Custody(hs, self.notices)
+        self._restore(state)
+        self.control = Control(hs, self.sessions, self.notices, self.custody)
         self.dispatcher = ProcessDispatcher(hs, self.sessions, self.control.over_quota)
         self.delivery = Delivery(hs, self.sessions, self.notices)
         self.lists.arrived.clear()  # restored, not arrived: observers got their copies before
         receiver = MessageReceiver(hs, self.dups, self.notices, self.reassembly, self.control)
+        self.custody.hand = receiver.ready
         self.lines = Lines(hs, new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, self.epoch,
                                                                        random_bytes)),
-                           receiver, PeerEpochs(state.peer_epochs), self.control.holds, Forgets.restored(state.forgets))
+                           receiver, PeerEpochs(state.peer_epochs), self.control.holds, self.custody,
+                           Forgets.restored(state.forgets))
         self.queue = Queue(hs, self.lines, self.notices)
         self._now = 0.0
         self._fx = Effects()
@@ -93,7 +98,10 @@ class Kernel:
         """Initialization: the lists exactly as they were at the last commit."""
         for row in state.send_list:
             blk = MSGBLOK.from_row(row)
-            self.lists.send.add(blk)
+            if blk.flags & CUSTODY:  # a copy kept until its destination has taken it
+                self.custody.restore(blk)
+            else:
+                self.lists.send.add(blk)
             self._hold(blk)
         for row in state.recv_list:
             blk = MSGBLOK.from_row(row)
@@ -374,6 +382,8 @@ class Kernel:
         self.dispatcher.recvs(fx, now, wall)
         self.control.renew(fx, wall)
         self.notices.expire(fx, wall)
+        custody = self.custody.run(fx, wall)
+        fx.wake_at(None if custody is None else now + max(0.0, custody - wall))
         for blk in self.lines.overdue(now):
             self.lines.give_up(blk, fx)
             self.notices.drop(fx, blk, "too large", wall)
@@ -420,7 +430,7 @@ class Kernel:
                 "msg_ids_in_use": len(self.ids.in_use), "lines": self.lines.status(),
                 "routing": self.cfg.routing, "routes": self.routes.status(self._now),
                 "waiting_for": self.lists.send.waiting(), "oldest_waiting": self.lists.send.oldest(),
-                "held_for_order": self.pairs.into.status(),
+                "held_for_order": self.pairs.into.status(), "custody": self.custody.status(),
                 "quota": self.control.status(),
                 "receiving": self.reassembly.status(), "programs": self.delivery.status(),
                 "attached": {pid.rstrip(): len(held) for pid, held in self.sessions.handlers.items()},

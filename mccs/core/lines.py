@@ -31,6 +31,7 @@ from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked,
 
 from mccs.core import envelope, segments
 from mccs.config import LineConfig
+from mccs.core.custody import Custody
 from mccs.core.effects import Effects
 from mccs.core.envelope import Envelope
 from mccs.core.epochs import PeerEpochs
@@ -179,16 +180,18 @@ class Lines:
     """Every line of the host. `new_machine(lc)` builds a line's protocol machine."""
 
     def __init__(self, hs: HostState, new_machine: Callable[[LineConfig], LineMachine], receiver: MessageReceiver,
-                 epochs: PeerEpochs, holds: Callable[[MSGBLOK, float], bool], forgets: Forgets | None = None):
+                 epochs: PeerEpochs, holds: Callable[[MSGBLOK, float], bool], custody: Custody,
+                 forgets: Forgets | None = None):
         """A Line Control Block for each of the host's [[line]]s, its machine made by `new_machine`.
         `holds(blk, wall)`: does this origin keep the block back (its name's quota, mccs.core.control)?
+        `custody`: where an acknowledged block of this origin may be kept (mccs.core.custody).
         `forgets`: those owed to next hosts, as restored (mccs.core.segments)."""
         self.host, self.max_message, self.blobs, self.epochs = hs.id, hs.cfg.max_message, hs.blobs, epochs
         self.too_large_wait = hs.cfg.too_large_wait  # a block the peer cannot take holds up the rest this long
         self._now = 0.0
         self.new_machine = new_machine
         self.lists, self.ids, self.seqs, self.counters = hs.lists, hs.ids, hs.seqs, hs.counters
-        self.pairs, self.routes, self.receiver, self.holds = hs.pairs, hs.routes, receiver, holds
+        self.pairs, self.routes, self.receiver, self.holds, self.custody = hs.pairs, hs.routes, receiver, holds, custody
         self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in hs.cfg.lines}
         self.forgets = forgets or Forgets()
         # blocks in segments a next host holds the start of (acked_by), and the forget it gets if they do not end there
@@ -440,9 +443,11 @@ class Lines:
         for blk in self.lists.send:
             if blk.acked and self.routes.next_hop(blk.dest) == peer:  # the old incarnation held its first bytes
                 self._from_the_start(blk, fx)
-            if blk.pseq and blk.dest == peer and blk.origin == self.host:  # numbered again as it leaves
+            if (blk.pseq and blk.dest == peer and blk.origin == self.host  # numbered again as it leaves
+                    and (peer, blk.priority) not in self.pairs.out.kept):  # (unless kept: a probe resynchronises)
                 blk.pseq, blk.epoch = 0, ""
                 fx.change(ch.set_pseq(Table.SEND_LIST, blk.seq, 0, ""))
+        self.custody.renewed(peer)
         lcb.counters["peer_renewed"] += 1
         fx.trace("line", "epoch", peer, lcb.cfg.protocol, epoch=epoch)
         log.warning("%s: %s signed on with a new epoch %s (its checkpoint was started afresh): its old MSG_IDs "
@@ -477,9 +482,12 @@ class Lines:
             self.holding.pop(blk.seq, None)  # the transfer ended there
             fx.change(ch.delete_acked(blk.seq))
         self.lists.send.remove(blk)
-        if blk.origin == self.host:
-            self.ids.release(blk.msg_id)
-        fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
+        if self.custody.keeps(blk):  # the destination has not taken it yet: its origin keeps a copy
+            self.custody.keep(fx, blk)
+        else:
+            if blk.origin == self.host:
+                self.ids.release(blk.msg_id)
+            fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
         fx.trace("msg", "acked", lcb.peer, lcb.cfg.protocol, **fields(blk))
         self.counters["acked"] += 1
 
@@ -595,8 +603,10 @@ class Lines:
         if isinstance(text, Stored):
             return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS)")
         if lcb.routed:
-            if not blk.pseq and blk.origin == self.host:  # numbered as it first leaves on a routing line
-                blk.pseq, changes = self.pairs.out.number(blk.dest, blk.priority)
+            if not blk.pseq and blk.origin == self.host and not blk.flags & envelope.LOOSE:  # numbered as it
+                # first leaves on a routing line
+                blk.pseq, changes = self.pairs.out.number(blk.dest, blk.priority)  # (kept if its destination
+                # keeps custody of another stream of this host's)
                 blk.epoch = self.pairs.epoch
                 fx.change(*changes, ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
             flags = envelope.to_wire(blk.flags) | (envelope.SEGMENT if end is not None else 0)

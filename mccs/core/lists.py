@@ -152,6 +152,7 @@ class SendList:
         self._by_stream: dict[tuple[str, int], OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self._count = 0
         self._expiring: list[tuple[float, int, str]] = []  # (expires, seq, dest); stale ones skipped
+        self.kept = 0  # custody copies (mccs.core.custody): out of this list's sight, but they take buffers
 
     def __len__(self) -> int:
         return self._count
@@ -311,6 +312,7 @@ class RecvList:
         self._count = 0
         self._expiring: list[tuple[float, int, MSGBLOK]] = []  # replies; ones gone already are skipped
         self._given_up: OrderedDict[tuple[str, int], None] = OrderedDict()  # (process, request MSG_ID), lately
+        self.left: set[tuple[str, int]] = set()  # streams a numbered message left (taken): mccs.core.custody
 
     def __len__(self) -> int:
         return self._count
@@ -372,6 +374,8 @@ class RecvList:
         else:
             box.take(blk)
         self._count -= 1
+        if blk.pseq:
+            self.left.add(blk.stream)
         if not len(box):
             del self.boxes[blk.to_id]
 

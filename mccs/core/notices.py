@@ -162,7 +162,7 @@ class Notices:
                      wall, kind)
 
     def message(self, fx: Effects, to_id: str, user_id: int, text: bytes, wall: float, kind: str,
-                priority: int = 0, ttl: float | None = None) -> MSGBLOK | None:
+                priority: int = 0, ttl: float | None = None, flags: int = 0) -> MSGBLOK | None:
         """A message from this host's daemon (FROM_ID host + MCCS), flagged NOTICE so it never gets
         a notice of its own: on RECV_LIST if for this host, else on SEND_LIST; None if no MSG_ID
         is free (the pass must go on: it is counted and logged, not made)."""
@@ -177,7 +177,7 @@ class Notices:
                       to_id.rstrip())
             return None
         blk = MSGBLOK(seq, to_id, self.host + NAME, msg_id, user_id, text, wall,
-                      expires=0.0 if local else wall + (ttl or self.ttl), flags=NOTICE, priority=priority)
+                      expires=0.0 if local else wall + (ttl or self.ttl), flags=NOTICE | flags, priority=priority)
         fx.change(*id_changes, ch.add_block(Table.RECV_LIST if local else Table.SEND_LIST, blk))
         fx.trace("msg", "accepted", notice=kind, **fields(blk))
         self.counters["notices"] += 1

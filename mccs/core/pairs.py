@@ -9,6 +9,10 @@ two paths) and is dropped. Unlike the duplicate window of 16-bit MSG_IDs, this i
 
 A new epoch of an origin (its checkpoint was started afresh) starts its numbering again.
 
+A stream whose origin keeps custody copies (mccs.core.custody) is kept across a restore of its
+destination from a backup: it is `syncing` until the origin's probe says which of the restored
+messages were taken since, and from where the destination may go on.
+
 Each priority is a stream of its own, so that an urgent message that overtook bulk traffic on the
 way is not held at the destination until the bulk has come: order is kept within a stream only.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Callable
 
 from checkpoint import changes as ch
 from checkpoint.changes import Change
@@ -34,22 +39,34 @@ class PairIn:
     epoch: str
     expect: int = 1
     held: dict[int, MSGBLOK] = field(default_factory=dict)
+    custody: bool = False  # its origin keeps copies until they are taken here (it probed)
+    syncing: bool = False  # restored from a backup: all it holds is out of sight until the origin's probe
 
 
 class PairsOut:
-    """This origin's next PSEQ per (destination host, priority)."""
+    """This origin's next PSEQ per (destination host, priority), and the streams it keeps custody
+    copies of: `kept`, from which PSEQ, and the destination's epoch when it began."""
 
-    def __init__(self, next_by_dest: dict[tuple[str, int], int]):
+    def __init__(self, next_by_dest: dict[tuple[str, int], int],
+                 kept: dict[tuple[str, int], tuple[int, str]] | None = None):
         self.next = dict(next_by_dest)
+        self.kept = dict(kept or {})
 
     def number(self, dest: str, priority: int) -> tuple[int, list[Change]]:
         pseq = self.next.get((dest, priority), 1)
         self.next[dest, priority] = pseq + 1
-        return pseq, [ch.set_pair_out(dest, priority, pseq + 1)]
+        changes = [ch.set_pair_out(dest, priority, pseq + 1)]
+        if (dest, priority) not in self.kept:
+            other = next((v for (d, _), v in self.kept.items() if d == dest), None)
+            if other is not None:  # the destination keeps custody of this host's streams: of this one too
+                self.kept[dest, priority] = (pseq, other[1])
+                changes.append(ch.set_custody_out(dest, priority, pseq, other[1]))
+        return pseq, changes
 
     def restart(self, dest: str) -> list[Change]:
-        """`dest` was started afresh: it expects 1 next, at every priority."""
-        streams = [key for key in self.next if key[0] == dest]
+        """`dest` was started afresh: it expects 1 next, at every priority but those kept in
+        custody (their probe tells it where to go on)."""
+        streams = [key for key in self.next if key[0] == dest and key not in self.kept]
         for key in streams:
             self.next[key] = 1
         return [ch.set_pair_out(d, p, 1) for d, p in streams]
@@ -58,8 +75,13 @@ class PairsOut:
 class PairsIn:
     """Per (origin host, priority): its epoch, the next PSEQ to deliver, and what waits for a gap."""
 
-    def __init__(self, state: dict[tuple[str, int], tuple[str, int]]):
+    def __init__(self, state: dict[tuple[str, int], tuple[str, int]],
+                 custody: dict[tuple[str, int], tuple[str, bool]] | None = None):
         self.pairs = {stream: PairIn(epoch, expect) for stream, (epoch, expect) in state.items()}
+        for stream, (epoch, syncing) in (custody or {}).items():
+            pair = self.pairs.get(stream)
+            if pair is not None and pair.epoch == epoch:
+                pair.custody, pair.syncing = True, syncing
 
     def renewed(self, origin: str, epoch: str) -> bool:
         """Does `epoch` say the origin was started afresh since its last numbered message here (on
@@ -68,9 +90,10 @@ class PairsIn:
         return bool(epochs) and epoch not in epochs
 
     def is_held(self, blk: MSGBLOK) -> bool:
-        """Restore: a stored block above its pair's next expected number is still held."""
+        """Restore: a stored block above its pair's next expected number is still held; every one
+        of a syncing pair is, until its origin's probe."""
         pair = self.pairs.get(blk.stream)
-        if blk.pseq and pair is not None and pair.epoch == blk.epoch and blk.pseq >= pair.expect:
+        if blk.pseq and pair is not None and pair.epoch == blk.epoch and (blk.pseq >= pair.expect or pair.syncing):
             pair.held[blk.pseq] = blk
             return True
         return False
@@ -87,12 +110,41 @@ class PairsIn:
         if blk.pseq < pair.expect or blk.pseq in pair.held:
             return Verdict.DUPLICATE, ready, []
         pair.held[blk.pseq] = blk
+        if pair.syncing:  # nothing goes on before the origin's probe
+            return Verdict.HELD, ready, []
         start = pair.expect
         while pair.expect in pair.held:
             ready.append(pair.held.pop(pair.expect))
             pair.expect += 1
         changes = [ch.set_pair_in(*blk.stream, pair.epoch, pair.expect)] if pair.expect != start or created else []
         return (Verdict.DELIVER if pair.expect > blk.pseq else Verdict.HELD), ready, changes
+
+    def settle(self, stream: tuple[str, int], epoch: str, first: int, low: int, kept: Callable[[int], bool],
+               upto: int, since: bool) -> tuple[PairIn, list[MSGBLOK], list[MSGBLOK], list[Change]]:
+        """The origin's probe: it keeps copies from PSEQ `first` on, `kept` (those in [first, upto))
+        are not taken here yet, `low` is the lowest of them (or `upto`). A syncing pair drops what it
+        holds of [first, upto) that is not kept (taken since the backup) and goes on from `low`; a
+        pair that waits for PSEQs the origin no longer has goes on from `low` too, unless they are
+        below `first` and custody began `since` this incarnation (they may still be on their way,
+        from before custody). Returns the pair,
+        the blocks now ready (in order), those dropped, and the changes that store the pair."""
+        pair = self.pairs.get(stream)
+        ready: list[MSGBLOK] = []
+        if pair is None or pair.epoch != epoch:  # unknown here (forgotten in a restore), or a new incarnation
+            if pair is not None:
+                ready = [pair.held[n] for n in sorted(pair.held)]
+            pair = self.pairs[stream] = PairIn(epoch, low)
+        dropped = [pair.held.pop(n) for n in sorted(pair.held)
+                   if pair.syncing and first <= n < upto and not kept(n)]
+        if pair.syncing or pair.expect >= first or not since:
+            pair.expect = max(pair.expect, low)
+        pair.custody, pair.syncing = True, False
+        ready += [pair.held.pop(n) for n in sorted(pair.held) if n < pair.expect]
+        while pair.expect in pair.held:
+            ready.append(pair.held.pop(pair.expect))
+            pair.expect += 1
+        return pair, ready, dropped, [ch.set_pair_in(*stream, pair.epoch, pair.expect),
+                                      ch.set_custody_in(*stream, pair.epoch, False)]
 
     def status(self) -> dict[str, dict]:
         """Per stream that waits for a gap: the origin, with its priority if not 0 (`AA`, `AA/p7`)."""

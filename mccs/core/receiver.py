@@ -152,13 +152,18 @@ class MessageReceiver:
             if verdict is Verdict.HELD:
                 self.counters["held_for_order"] += 1
         fx.change(*changes)
-        for ready_blk in ready:
-            if ready_blk.flags & VOID:  # expired on the way: its place is passed, nothing to take
+        self.ready(fx, ready, wall)
+
+    def ready(self, fx: Effects, blocks: list[MSGBLOK], wall: float) -> None:
+        """Numbered blocks whose turn came, in order (an arrival's, or a custody probe's)."""
+        for blk in blocks:
+            if blk.flags & VOID:  # expired on the way: its place is passed, nothing to take
                 self.counters["voids"] += 1
-                self.notices.settle(fx, ready_blk, wall)  # the message never came: its sender is told
-                fx.change(ch.delete_block(Table.RECV_LIST, ready_blk.seq))
+                self.notices.settle(fx, blk, wall)  # the message never came: its sender is told
+                fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
+                self.lists.recv.left.add(blk.stream)
             else:
-                self._deliver(ready_blk, fx, wall)
+                self._deliver(blk, fx, wall)
 
     def _deliver(self, blk: MSGBLOK, fx: Effects, wall: float) -> None:
         """A message in its place: for this daemon, or on RECV_LIST for its process."""

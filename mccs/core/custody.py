@@ -1,0 +1,362 @@
+"""End-to-end custody: an origin keeps each message it sent until its destination has it taken,
+so that restoring any host from a backup loses nothing and delivers nothing twice
+(docs/ROUTING.md, "Custody"; the way MSMQ keeps a message at its source until the destination's
+own acknowledgement).
+
+As an origin, this host keeps a copy of every message of a stream (destination, priority) that
+it numbered, once the next host has acknowledged it: the row stays in the SEND_LIST table with
+the stored-only flag CUSTODY, out of the Message-Sender's sight, counted against `buffers`. It
+drops the copy when the destination says the message was taken there, sends it again when the
+destination's answer to a probe says it does not have it, and forgets it GRACE seconds after its
+ttl. As a destination, it tells each origin which of its messages were taken (batched: at most
+one message a stream every STATE_EVERY seconds, and only when some were), and answers probes.
+
+Custody begins when the origin first hears a destination's state (an older MCCS never sends
+one, so it never makes copies pile up), from the next number it gives: `PairsOut.kept`. Three
+daemon messages carry it (mccs.core.control), each at most DAEMON_ROOM bytes:
+
+    {"state":"1f2e3d4c","p":0,"x":42,"r":"37,40-41","h":"44-45","a":1}
+        destination -> origin, about the origin's epoch 1f2e3d4c, priority 0: every PSEQ below
+        x=42 arrived, of which 37, 40 and 41 are still on RECV_LIST (the rest were taken); 44 and
+        45 are held for order (h, with a=1 only: the answer to a probe; y, if present, says h
+        stops there for room)
+    {"probe":"1f2e3d4c","p":0,"f":30,"n":46,"k":"37-45"}
+        origin -> destination: copies are kept from PSEQ f=30, the next PSEQ is n=46, and these
+        of [f, n) are not known taken (n is lowered when k does not fit)
+    {"sync":"1f2e3d4c","p":0}
+        a destination restored from a backup asks the origin for a probe
+
+A destination restored from a backup keeps its custody streams (checkpoint.store) and holds
+everything of them out of sight until the probe: what it holds that the probe does not keep was
+taken after the backup and is dropped, what the origin keeps and it lacks comes again. A transit
+host restored from a backup lost what it had acknowledged since: the origin's probe after
+PROBE_FIRST seconds without progress finds the gap and sends it again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Callable, Iterable
+
+from checkpoint import changes as ch
+from checkpoint.changes import CUSTODY, Table
+
+from mccs.core.effects import Effects
+from mccs.core.envelope import LOOSE, NOTICE, PRIORITY_MAX
+from mccs.core.lists import MSGBLOK, BlockState
+from mccs.core.notices import DAEMON_ROOM, NAME, Notices
+from mccs.core.host import HostState
+
+log = logging.getLogger("mccs.core.custody")
+
+STATE_EVERY = 2.0  # seconds between two states of one stream
+PROBE_FIRST = 30.0  # seconds without progress before the origin probes, doubling ...
+PROBE_MOST = 600.0  # ... up to this
+GRACE = 600.0  # seconds a copy is kept past its ttl (a void of it on the way has told its sender)
+KINDS = ("state", "probe", "sync")
+
+Stream = tuple[str, int]  # (the other host, priority)
+
+
+def ranges(numbers: Iterable[int], room: int) -> tuple[str, int | None]:
+    """Sorted numbers as "3,5-9,12", as many as fit in `room` characters; and the first left
+    out (None: all fit)."""
+    out: list[str] = []
+    used = 0
+    run: list[int] = []
+
+    def close() -> bool:
+        nonlocal used
+        text = str(run[0]) if run[0] == run[1] else f"{run[0]}-{run[1]}"
+        if used + len(text) + bool(out) > room:
+            return False
+        out.append(text)
+        used += len(text) + (len(out) > 1)
+        return True
+
+    for n in numbers:
+        if run and n == run[1] + 1:
+            run[1] = n
+            continue
+        if run and not close():
+            return ",".join(out), run[0]
+        run = [n, n]
+    if run and not close():
+        return ",".join(out), run[0]
+    return ",".join(out), None
+
+
+def parse_ranges(text: str) -> list[tuple[int, int]]:
+    """"3,5-9" -> [(3, 3), (5, 9)]; ValueError for anything else."""
+    out = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if a < 1 or b < a:
+            raise ValueError(f"bad range {part!r}")
+        out.append((a, b))
+    return out
+
+
+def within(spans: list[tuple[int, int]], n: int) -> bool:
+    return any(a <= n <= b for a, b in spans)
+
+
+class Custody:
+    def __init__(self, hs: HostState, notices: Notices):
+        self.host, self.lists, self.ids, self.pairs, self.counters = hs.id, hs.lists, hs.ids, hs.pairs, hs.counters
+        self.routes = hs.routes
+        self.notices = notices
+        self.copies: dict[Stream, dict[int, MSGBLOK]] = {}  # (dest, priority) -> PSEQ -> copy
+        self.probe_at: dict[Stream, tuple[float, float]] = {}  # (dest, priority) -> (when, the wait after it), wall
+        self.dirty: set[Stream] = set()  # (origin, priority): taken here since its last state
+        self.state_at: dict[Stream, float] = {}  # (origin, priority) -> when its last state went
+        self.told: dict[Stream, MSGBLOK] = {}  # (origin, priority) -> its last state, while it waits on SEND_LIST
+        self.offered: set[Stream] = set()  # streams without custody told one state in this run
+        self.probed: set[Stream] = set()  # streams kept, probed once in this run (so the destination knows)
+        self.syncs = [s for s, pair in self.pairs.into.pairs.items() if pair.syncing]  # to ask for probes
+        self.hand: Callable[[Effects, list[MSGBLOK], float], None] = lambda fx, blocks, wall: None  # the receiver's
+
+    @property
+    def count(self) -> int:
+        return sum(len(c) for c in self.copies.values())
+
+    # -- the origin -------------------------------------------------------------------------------
+    def keeps(self, blk: MSGBLOK) -> bool:
+        """Is a block the next host acknowledged whole kept as a copy?"""
+        kept = self.pairs.out.kept.get((blk.dest, blk.priority))
+        return (kept is not None and blk.origin == self.host and blk.pseq >= kept[0]
+                and blk.epoch == self.pairs.epoch)
+
+    def keep(self, fx: Effects, blk: MSGBLOK) -> None:
+        """The next host has it (it left SEND_LIST's sight): kept until it is taken there."""
+        blk.flags |= CUSTODY
+        fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, blk.flags))
+        self.restore(blk)
+
+    def restore(self, blk: MSGBLOK) -> None:
+        stream = (blk.dest, blk.priority)
+        self.copies.setdefault(stream, {})[blk.pseq] = blk
+        self.lists.send.kept += 1
+        self.probe_at.setdefault(stream, (-1.0, PROBE_FIRST))  # (-1: PROBE_FIRST from the next pass)
+
+    def _take(self, stream: Stream, pseq: int) -> MSGBLOK:
+        blk = self.copies[stream].pop(pseq)
+        if not self.copies[stream]:
+            del self.copies[stream]
+        self.lists.send.kept -= 1
+        return blk
+
+    def _drop(self, fx: Effects, stream: Stream, pseq: int) -> None:
+        blk = self._take(stream, pseq)
+        self.ids.release(blk.msg_id)
+        fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
+
+    def _state(self, fx: Effects, dest: str, body: dict, wall: float) -> None:
+        """A destination's state: copies it took are dropped; in an answer to a probe, those it
+        does not have go again. The first state of a stream begins custody, and a probe at once
+        tells the destination so."""
+        stream = (dest, _int(body, "p"))
+        x, taken_not = _int(body, "x"), parse_ranges(_str(body, "r"))
+        held, upto = parse_ranges(_str(body, "h")), _int(body, "y") if "y" in body else None
+        if body["state"] != self.pairs.epoch:
+            return  # about an earlier incarnation of this host
+        kept, epoch = self.pairs.out.kept.get(stream), _str(body, "e")
+        if kept is None or kept[1] != epoch:  # (a destination restored since keeps custody, from there on)
+            first = self.pairs.out.next.get(stream, 1) if kept is None else kept[0]
+            self.pairs.out.kept[stream] = (first, epoch)
+            fx.change(ch.set_custody_out(*stream, first, epoch))
+        if kept is None:
+            self.counters["custody_begun"] += 1
+            log.info("%s: %s takes custody: messages for it at priority %d are kept until taken there, from %d",
+                     self.host, dest, stream[1], first)
+            self.probe_at[stream] = (0.0, PROBE_FIRST)
+            return
+        copies = self.copies.get(stream, {})
+        released = [n for n in copies if n < x and not within(taken_not, n)]
+        for n in released:
+            self._drop(fx, stream, n)
+        self.counters["custody_released"] += len(released)
+        if released and stream in self.copies:
+            self.probe_at[stream] = (wall + PROBE_FIRST, PROBE_FIRST)
+        if body.get("a"):
+            for n in sorted(self.copies.get(stream, {})):
+                if n >= x and not within(held, n) and (upto is None or n < upto):
+                    self._again(fx, stream, n)
+
+    def _again(self, fx: Effects, stream: Stream, pseq: int) -> None:
+        """A copy the destination does not have: on SEND_LIST again, the same number and epoch."""
+        blk = self._take(stream, pseq)
+        blk.flags &= ~CUSTODY
+        blk.state, blk.sent, blk.acked, blk.acked_by, blk.next_off, blk.line = BlockState.QUEUED, False, 0, "", 0, None
+        fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, blk.flags))
+        self.lists.send.add(blk)
+        self.counters["custody_resent"] += 1
+        fx.trace("msg", "resent", to_id=blk.to_id, from_id=blk.from_id, msg_id=blk.msg_id, user_id=blk.user_id,
+                 pseq=blk.pseq)
+
+    def probe(self, fx: Effects, stream: Stream, wall: float) -> None:
+        """Tell the destination which numbers are not known taken: the copies, and those numbered
+        blocks still on SEND_LIST."""
+        dest, priority = stream
+        (first, epoch), n = self.pairs.out.kept[stream], self.pairs.out.next.get(stream, 1)
+        kept = set(self.copies.get(stream, {}))
+        kept.update(b.pseq for b in self.lists.send.queue(dest, priority)
+                    if b.origin == self.host and b.pseq >= first and b.epoch == self.pairs.epoch)
+        body = {"probe": self.pairs.epoch, "p": priority, "e": epoch, "f": first, "n": n}
+        text, cut = ranges(sorted(kept), _room(body, "k"))
+        body.update(n=n if cut is None else cut, k=text)
+        self.counters["custody_probes"] += 1
+        self._send(fx, dest, body, wall)
+
+    def expire(self, fx: Effects, wall: float) -> None:
+        """Copies GRACE seconds past their ttl: whoever held the message has told its sender."""
+        for stream, copies in list(self.copies.items()):
+            for n in [n for n, b in copies.items() if b.expires and b.expires + GRACE <= wall]:
+                self._drop(fx, stream, n)
+                self.counters["custody_expired"] += 1
+
+    def renewed(self, dest: str) -> None:
+        """A neighbour signed on with a new epoch (restored from a backup, say): its custody
+        streams are probed now rather than numbered again."""
+        for stream in self.pairs.out.kept:
+            if stream[0] == dest:
+                self.probe_at[stream] = (0.0, PROBE_FIRST)
+
+    # -- the destination --------------------------------------------------------------------------
+    def _probe(self, fx: Effects, origin: str, body: dict, wall: float) -> None:
+        stream = (origin, _int(body, "p"))
+        first, upto, kept = _int(body, "f"), _int(body, "n"), parse_ranges(_str(body, "k"))
+        if upto < first:
+            raise ValueError(f"n {upto} is below f {first}")
+        low = min([max(a, first) for a, b in kept if b >= first] + [upto])
+        was = self.pairs.into.pairs.get(stream)
+        syncing = was is not None and was.syncing
+        _, ready, dropped, changes = self.pairs.into.settle(stream, _str(body, "probe"), first, min(low, upto),
+                                                            lambda n: within(kept, n), upto,
+                                                            _str(body, "e") == self.pairs.epoch)
+        fx.change(*changes, *(ch.delete_block(Table.RECV_LIST, b.seq) for b in dropped))
+        self.counters["custody_taken_before"] += len(dropped)
+        if syncing:
+            log.warning("%s: %s's probe: of what the backup held of it, %d were taken since (dropped), %d go on",
+                        self.host, origin, len(dropped), len(ready))
+        self.hand(fx, ready, wall)
+        self._tell(fx, stream, wall, answer=True)
+
+    def _sync(self, dest: str, body: dict) -> None:
+        stream = (dest, _int(body, "p"))
+        if body["sync"] == self.pairs.epoch and stream in self.pairs.out.kept:
+            self.probe_at[stream] = (0.0, PROBE_FIRST)
+
+    def states(self, fx: Effects, wall: float) -> float | None:
+        """The states owed: of streams with custody whose messages were taken here (and once a
+        run, of a stream without custody: the offer). Returns when the next one is due."""
+        self.dirty.update(self.lists.recv.left)
+        self.lists.recv.left.clear()
+        due = None
+        for stream in list(self.dirty):
+            pair = self.pairs.into.pairs.get(stream)
+            if (pair is None or pair.syncing or stream[0] == self.host
+                    or not pair.custody and (stream in self.offered or self.routes.next_hop(stream[0]) is None)):
+                self.dirty.discard(stream)  # (an offer goes once a run, and only where it can go)
+                continue
+            told = self.told.get(stream)
+            if told is not None and told in self.lists.send:  # the last one has not left: this one waits for it
+                continue
+            at = self.state_at.get(stream, 0.0) + STATE_EVERY
+            if at > wall:
+                due = min(due or at, at)
+                continue
+            self.dirty.discard(stream)
+            self.offered.add(stream)
+            self._tell(fx, stream, wall)
+        return due
+
+    def _tell(self, fx: Effects, stream: Stream, wall: float, answer: bool = False) -> None:
+        origin, priority = stream
+        pair = self.pairs.into.pairs[stream]
+        on_list = sorted(b.pseq for b in self.lists.recv if b.stream == stream and b.epoch == pair.epoch
+                         and 0 < b.pseq < pair.expect)
+        body: dict = {"state": pair.epoch, "p": priority, "e": self.pairs.epoch, "x": pair.expect}
+        if answer:  # (room kept for what an answer adds)
+            body.update(a=1, h="", y=10 ** 12)
+        text, cut = ranges(on_list, _room(body, "r"))
+        if cut is not None:  # the rest does not fit: say less is taken
+            body["x"] = cut
+        body["r"] = text
+        if answer:
+            body["h"], more = ranges(sorted(pair.held), _room(body, "h"))
+            if more is None and cut is None:
+                del body["y"]
+            else:  # what it has is said up to there only
+                body["y"] = more if cut is None else cut
+        self.state_at[stream] = wall
+        self.counters["custody_states"] += 1
+        blk = self._send(fx, origin, body, wall)
+        if blk is not None:
+            self.told[stream] = blk
+
+    # -- both -------------------------------------------------------------------------------------
+    def arrived(self, fx: Effects, kind: str, origin: str, body: dict, wall: float) -> None:
+        """A custody message from `origin`'s daemon (ValueError, KeyError, TypeError if malformed)."""
+        if kind == "state":
+            self._state(fx, origin, body, wall)
+        elif kind == "probe":
+            self._probe(fx, origin, body, wall)
+        else:
+            self._sync(origin, body)
+
+    def run(self, fx: Effects, wall: float) -> float | None:
+        """In the pass: syncs asked for, probes due, copies expired, states owed. Returns the
+        wall-clock time the next one is due."""
+        for stream in self.syncs:
+            self._send(fx, stream[0], {"sync": self.pairs.into.pairs[stream].epoch, "p": stream[1]}, wall)
+        self.syncs.clear()
+        self.expire(fx, wall)
+        due = self.states(fx, wall)
+        for stream in self.pairs.out.kept.keys() - self.probed:
+            self.probed.add(stream)
+            self.probe_at.setdefault(stream, (0.0, PROBE_FIRST))
+        for stream, (at, wait) in list(self.probe_at.items()):
+            if at < 0:  # a first copy: a probe if nothing moves for PROBE_FIRST
+                at = wall + wait
+            elif at <= wall:
+                if stream in self.pairs.out.kept:
+                    self.probe(fx, stream, wall)
+                if not any(not b.flags & NOTICE for b in self.copies.get(stream, {}).values()):
+                    del self.probe_at[stream]  # nothing kept, or daemon messages only: no probe of their own
+                    continue
+                at, wait = wall + wait, min(wait * 2, PROBE_MOST)
+            self.probe_at[stream] = (at, wait)
+            due = at if due is None else min(due, at)
+        return due
+
+    def _send(self, fx: Effects, host: str, body: dict, wall: float) -> MSGBLOK | None:
+        """Unnumbered (LOOSE): they need no order, a copy that comes twice does no harm, and they
+        are in no stream, so one taken makes no state of its own."""
+        return self.notices.message(fx, host + NAME, 0, json.dumps(body, separators=(",", ":")).encode(), wall,
+                                    next(iter(body)), priority=PRIORITY_MAX, flags=LOOSE)
+
+    def status(self) -> dict:
+        return {"copies": {f"{d}/p{p}" if p else d: len(c) for (d, p), c in sorted(self.copies.items())},
+                "syncing": sorted(f"{o}/p{p}" if p else o for (o, p), pair in self.pairs.into.pairs.items()
+                                  if pair.syncing)}
+
+
+def _room(body: dict, key: str) -> int:
+    """Characters left for one more string field in a daemon message of DAEMON_ROOM bytes."""
+    return DAEMON_ROOM - len(json.dumps({**body, key: ""}, separators=(",", ":")))
+
+
+def _int(body: dict, key: str) -> int:
+    value = body[key]
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{key} is {value!r}, not a number")
+    return value
+
+
+def _str(body: dict, key: str) -> str:
+    value = body.get(key, "")
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is {value!r}, not a string")
+    return value
