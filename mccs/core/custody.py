@@ -52,6 +52,7 @@ log = logging.getLogger("mccs.core.custody")
 STATE_EVERY = 2.0  # seconds between two states of one stream
 PROBE_FIRST = 30.0  # seconds without progress before the origin probes, doubling ...
 PROBE_MOST = 600.0  # ... up to this
+SYNC_MOST = 600.0  # seconds a restored destination waits for an origin's probe before it goes on without
 GRACE = 600.0  # seconds a copy is kept past its ttl (a void of it on the way has told its sender)
 KINDS = ("state", "probe", "sync")
 
@@ -114,7 +115,8 @@ class Custody:
         self.told: dict[Stream, MSGBLOK] = {}  # (origin, priority) -> its last state, while it waits on SEND_LIST
         self.offered: set[Stream] = set()  # streams without custody told one state in this run
         self.probed: set[Stream] = set()  # streams kept, probed once in this run (so the destination knows)
-        self.syncs = [s for s, pair in self.pairs.into.pairs.items() if pair.syncing]  # to ask for probes
+        # syncing streams: (when to ask the origin for a probe again, the wait after it, when to give up)
+        self.syncs = {s: (0.0, PROBE_FIRST, -1.0) for s, pair in self.pairs.into.pairs.items() if pair.syncing}
         self.hand: Callable[[Effects, list[MSGBLOK], float], None] = lambda fx, blocks, wall: None  # the receiver's
 
     @property
@@ -309,11 +311,10 @@ class Custody:
     def run(self, fx: Effects, wall: float) -> float | None:
         """In the pass: syncs asked for, probes due, copies expired, states owed. Returns the
         wall-clock time the next one is due."""
-        for stream in self.syncs:
-            self._send(fx, stream[0], {"sync": self.pairs.into.pairs[stream].epoch, "p": stream[1]}, wall)
-        self.syncs.clear()
+        due = self._syncs(fx, wall)
         self.expire(fx, wall)
-        due = self.states(fx, wall)
+        states = self.states(fx, wall)
+        due = states if due is None else due if states is None else min(due, states)
         for stream in self.pairs.out.kept.keys() - self.probed:
             self.probed.add(stream)
             self.probe_at.setdefault(stream, (0.0, PROBE_FIRST))
@@ -330,6 +331,27 @@ class Custody:
             self.probe_at[stream] = (at, wait)
             due = at if due is None else min(due, at)
         return due
+
+    def _syncs(self, fx: Effects, wall: float) -> float | None:
+        """Ask the origins of syncing streams for a probe, again and again less often; after SYNC_MOST
+        without one (an origin that no longer keeps custody, or gone), go on as the backup was."""
+        for stream, (at, wait, end) in list(self.syncs.items()):
+            pair = self.pairs.into.pairs.get(stream)
+            if pair is None or not pair.syncing:
+                del self.syncs[stream]
+            elif 0 <= end <= wall:
+                del self.syncs[stream]
+                self.counters["custody_syncs_given_up"] += 1
+                log.warning("%s: no probe came from %s for %.0f s: its stream goes on as the backup held it (a "
+                            "message taken since may come again)", self.host, stream[0], SYNC_MOST)
+                _, ready, _, changes = self.pairs.into.settle(stream, pair.epoch, 0, pair.expect, lambda n: True,
+                                                              0, False)
+                fx.change(*changes)
+                self.hand(fx, ready, wall)
+            elif at <= wall:
+                self._send(fx, stream[0], {"sync": pair.epoch, "p": stream[1]}, wall)
+                self.syncs[stream] = (wall + wait, min(wait * 2, PROBE_MOST), wall + SYNC_MOST if end < 0 else end)
+        return min((at for at, _, _ in self.syncs.values()), default=None)
 
     def _send(self, fx: Effects, host: str, body: dict, wall: float) -> MSGBLOK | None:
         """Unnumbered (LOOSE): they need no order, a copy that comes twice does no harm, and they
