@@ -22,11 +22,10 @@ import random
 from pathlib import Path
 
 from checkpoint.store import RESTORED, Checkpoint
-from checkpoint.changes import Stored
 from mccs.core import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
 from mccs.daemon.driver import perform, prior
-from mccs.core.effects import Effects, StartProgram, TraceEvent
+from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
 from mccs.core.sessions import Creds
 
@@ -82,10 +81,13 @@ class SimHost:
     def flush_traces(self) -> None:
         pass  # kept in memory: nothing to flush
 
-    def send_reply(self, conn: int, body: dict, stored: Stored | None) -> None:
-        if stored is not None:  # a large message's text, read from the checkpoint as the daemon does
+    def send_reply(self, reply: Reply) -> None:
+        """Delivered as a client reads it: its wire() object (a large message's text in `data`,
+        read from the checkpoint as the daemon does)."""
+        body, stored = reply.wire(), reply.stored
+        if stored is not None:
             body["msg"]["data"] = _b64(self.cp.read_blob(stored, 0, stored.size))
-        self.inbox.setdefault(conn, []).append(body)
+        self.inbox.setdefault(reply.conn, []).append(body)
 
     def write_line(self, peer: str, data: bytes) -> None:
         self.net.write(self.id, peer, data)

@@ -22,8 +22,7 @@ from typing import Callable, Iterable
 from linedrivers.ids import IdError, host_of, process_id
 
 from mccs.client.ipc import LENGTH, b64, frame, unb64, unframe
-from mccs.core.requests import CODECS
-from mccs.core.requests import BATCH_BYTES, BATCH_MAX
+from mccs.core.requests import BATCH_BYTES, BATCH_MAX, CODECS, Code
 
 BLANK_ID = " " * 6
 GRACE = 5.0  # seconds the daemon has to answer what it can answer at once
@@ -41,9 +40,9 @@ class DaemonUnreachable(MCCSError):
 class Refused(MCCSError):
     """The daemon refused the request: unknown host, invalid id, oversized message, bad request."""
 
-    def __init__(self, message: str, code: str = "refused"):
+    def __init__(self, message: str, code: str = Code.REFUSED):
         super().__init__(message)
-        self.code = code
+        self.code = code  # a requests.Code (compare with one); a code this library does not know stays a str
 
 
 class NotStored(Refused):
@@ -290,8 +289,8 @@ class Client:
             elif reply.get("id") == rid:
                 break
         if not reply.get("ok"):
-            code = reply.get("code", "refused")
-            cls = NotStored if code == "disk_full" else Refused
+            code = reply.get("code", Code.REFUSED)
+            cls = NotStored if code == Code.DISK_FULL else Refused
             raise cls(reply.get("error", "refused"), code)
         return reply
 
@@ -344,9 +343,9 @@ class Client:
         try:
             to_id = process_id(to_id)
         except IdError as e:
-            raise Refused(str(e), "bad_id") from None
+            raise Refused(str(e), Code.BAD_ID) from None
         if len(data) > self.max_message:
-            raise Refused(f"message of {len(data)} bytes is over the maximum of {self.max_message}", "too_large")
+            raise Refused(f"message of {len(data)} bytes is over the maximum of {self.max_message}", Code.TOO_LARGE)
         req = uuid.uuid4().hex
         request = {"op": "send", "req": req, "to": to_id, "user_id": user_id,
                    **{k: v for k, v in keys.items() if v is not None}}
@@ -362,7 +361,7 @@ class Client:
             if reply.get("msg_id") is not None:  # stored just before the cancel
                 return reply["msg_id"]
             raise NotStored(f"not stored within {timeout:g} s (the daemon's buffers are full); nothing was sent",
-                            "timeout") from None
+                            Code.TIMEOUT) from None
 
     def send_many(self, messages: Iterable[tuple], *, ttl: float | None = None, receipt: bool = False,
                   priority: int = 0) -> list[int]:
@@ -375,19 +374,19 @@ class Client:
             try:
                 to_id = process_id(to_id)
             except IdError as e:
-                raise Refused(f"message {i}: {e}", "bad_id") from None
+                raise Refused(f"message {i}: {e}", Code.BAD_ID) from None
             if len(data) > self.max_message:
                 raise Refused(f"message {i}: {len(data)} bytes is over the maximum of {self.max_message}",
-                              "too_large")
+                              Code.TOO_LARGE)
             entries.append({"to": to_id, "data": self._data(data), "user_id": user_id[0] if user_id else 0,
                             **({"ttl": ttl} if ttl is not None else {}), **({"receipt": True} if receipt else {}),
                             **({"priority": priority} if priority else {})})
         if not entries:
             return []
         if len(entries) > BATCH_MAX or sum(len(m[1]) for m in messages) > BATCH_BYTES:
-            raise Refused(f"a batch is at most {BATCH_MAX} messages of {BATCH_BYTES} bytes in all", "too_large")
+            raise Refused(f"a batch is at most {BATCH_MAX} messages of {BATCH_BYTES} bytes in all", Code.TOO_LARGE)
         if not self.carry:
-            raise Refused(f"the MCCS daemon on {self.path} is older: it does not take send_many", "bad_request")
+            raise Refused(f"the MCCS daemon on {self.path} is older: it does not take send_many", Code.BAD_REQUEST)
         request = {"op": "send_many", "req": uuid.uuid4().hex, "msgs": entries}
         return self._call(lambda: dict(request), None, "patient")["msg_ids"]
 
@@ -401,7 +400,7 @@ class Client:
             try:
                 from_id = process_id(from_id)
             except IdError as e:
-                raise Refused(str(e), "bad_id") from None
+                raise Refused(str(e), Code.BAD_ID) from None
         msgs = self._recv({"from": from_id, "user_id": user_id, **({"reply_to": reply_to} if reply_to else {})},
                           wait, timeout)
         return msgs[0] if msgs else None
@@ -410,7 +409,7 @@ class Client:
         """RECV of up to `n` messages at once, the first ones for this process, in the order recv()
         would return them: at least one, or [] as recv() returns None. Confirmed as recv()'s are."""
         if not 1 <= n <= BATCH_MAX:
-            raise Refused(f"recv_many takes 1 to {BATCH_MAX} messages, not {n}", "bad_request")
+            raise Refused(f"recv_many takes 1 to {BATCH_MAX} messages, not {n}", Code.BAD_REQUEST)
         return self._recv({"max": n} if n > 1 and self.carry else {}, wait, timeout)
 
     def _recv(self, selection: dict, wait: bool, timeout: float | None) -> list[Message]:
@@ -476,7 +475,7 @@ class Client:
         try:
             msg_id = self._send(to_id, data, user_id, timeout, None, ttl=max(timeout, 0.1))
         except NotStored as e:
-            if e.code != "timeout":  # the disk is full: say so
+            if e.code != Code.TIMEOUT:  # the disk is full: say so
                 raise
             return None  # the daemon's buffers stayed full all the time
         return self.recv(timeout=max(0.0, until - time.monotonic()), reply_to=msg_id)
@@ -503,7 +502,7 @@ class Client:
         network as a message between the daemons; None if no answer came within `timeout`."""
         host, name = target[:2], target[2:]
         if target and (len(target) < 2 or len(name) > 4):
-            raise Refused(f"{target!r} is not HOST or HOST+PROC (e.g. BB, BBLEDG)", "bad_id")
+            raise Refused(f"{target!r} is not HOST or HOST+PROC (e.g. BB, BBLEDG)", Code.BAD_ID)
         request = {"op": "ping", **({"host": host, "name": name, "timeout": timeout} if target else {})}
         t0 = time.monotonic()
         try:
@@ -558,7 +557,7 @@ def SEND(to_id: str, message: bytes, user_id: int = 0) -> tuple[str, int]:
     try:
         return process_id(to_id), client.send(to_id, message, user_id)
     except Refused as e:
-        if e.code in ("unknown_host", "bad_id"):
+        if e.code in (Code.UNKNOWN_HOST, Code.BAD_ID):
             return BLANK_ID, 0
         raise
 

@@ -30,6 +30,7 @@ from mccs.core.effects import Effects
 from mccs.core.envelope import PRIORITY_MAX
 from mccs.core.lists import MSGBLOK
 from mccs.core.notices import NAME, Notices
+from mccs.core.replies import Failed, NoAnswer, PingAnswer
 from mccs.core.requests import Code
 from mccs.core.sessions import Sessions
 from mccs.core.host import HostState
@@ -67,25 +68,24 @@ class Control:
              wall: float) -> None:
         """Ask `host`'s daemon (this one: answered at once) whether `name` is attached there."""
         if host == self.host:
-            fx.reply(conn, self._answer(rid, host, name, self.sessions.attached(self.host + name)))
+            fx.reply(conn, rid, self._answer(host, name, self.sessions.attached(self.host + name)))
             return
         blk = self._send(fx, host, 0, {"ping": name.rstrip()}, wall, "ping", ttl=timeout)
         if blk is not None:
             self.pings[blk.msg_id] = PendingPing(conn, rid, host, name, now + timeout)
         else:
-            fx.reply(conn, {"id": rid, "ok": False, "code": Code.REFUSED, "error": "no free MSG_ID for the ping"})
+            fx.reply(conn, rid, Failed(Code.REFUSED, "no free MSG_ID for the ping"))
 
     @staticmethod
-    def _answer(rid: object, host: str, name: str, attached: bool | None) -> dict:
-        return {"id": rid, "ok": True, "answer": True, "host": host, "name": name.rstrip(),
-                "attached": attached if name.strip() else None}
+    def _answer(host: str, name: str, attached: bool | None) -> PingAnswer:
+        return PingAnswer(host, name.rstrip(), attached if name.strip() else None)
 
     def expire(self, fx: Effects, now: float) -> float | None:
         """Pings unanswered by their deadline get "no answer"; the next deadline."""
         for msg_id, p in list(self.pings.items()):
             if p.deadline <= now:
                 del self.pings[msg_id]
-                fx.reply(p.conn, {"id": p.rid, "ok": True, "host": p.host, "answer": None})
+                fx.reply(p.conn, p.rid, NoAnswer(p.host))
         return min((p.deadline for p in self.pings.values()), default=None)
 
     def forget(self, conn: int) -> None:
@@ -124,7 +124,7 @@ class Control:
             p = self.pings.get(blk.user_id)
             if p is not None and p.host == origin:  # else late: its ping has had its answer
                 del self.pings[blk.user_id]
-                fx.reply(p.conn, self._answer(p.rid, origin, name, bool(body.get("attached"))))
+                fx.reply(p.conn, p.rid, self._answer(origin, name, bool(body.get("attached"))))
         elif kind == "hold":
             self.held[origin + name.ljust(4)] = wall + HOLD_LEASE
         else:

@@ -11,8 +11,6 @@ Effects; the shell commits the changes before it sends the replies.
 """
 from __future__ import annotations
 
-import base64
-
 from collections import deque
 from typing import Callable
 
@@ -25,42 +23,25 @@ from mccs.core.effects import Effects
 from mccs.core.envelope import FAILED, REPLY
 from mccs.core.lists import MSGBLOK, PRQBLOK, RecvList
 from mccs.core.notices import fields
+from mccs.core.replies import NOTHING, Accepted, AcceptedMany, Body, Message, Received
 from mccs.core.segments import crc_of
 from mccs.core.sessions import Session, Sessions
 from mccs.core.host import HostState
 
 
-def message_body(blk: MSGBLOK, wall: float) -> dict:
-    """A message for a RECV reply; a Stored text is read by the shell as it writes the reply
-    (`stored`), sent after the reply's JSON as it is (`bin`), or in `data` for an older client.
-    `ttl`: the seconds its sender still waits (a request's reply is sent with no more); a reply
-    says so, and whether it failed (`ok`)."""
-    body = {"rid": blk.seq, "from_id": blk.from_id, "to_id": blk.to_id, "msg_id": blk.msg_id,
-            "user_id": blk.user_id}
-    if blk.expires:
-        body["ttl"] = round(max(0.0, blk.expires - wall), 3)
-    if blk.flags & REPLY:
-        body.update(reply=True, ok=not blk.flags & FAILED)
-    if isinstance(blk.data, Stored):
-        body["stored"] = blk.data
-    else:
-        body["data"] = base64.b64encode(blk.data).decode("ascii")
-    return body
+def message(blk: MSGBLOK, wall: float, copy: bool = False) -> Message:
+    """A message for a RECV's reply (a copy for an observer has no rid: nothing to confirm).
+    `ttl`: the seconds its sender still waits (a request's reply is sent with no more)."""
+    return Message(None if copy else blk.seq, blk.from_id, blk.to_id, blk.msg_id, blk.user_id, blk.data,
+                   round(max(0.0, blk.expires - wall), 3) if blk.expires else None,
+                   bool(blk.flags & REPLY), not blk.flags & FAILED, copy)
 
 
-def stored_text(body: dict) -> tuple[dict, Stored | None]:
-    """A reply, and the Stored text its message names (taken out of it), for the shell to read."""
-    msg = body.get("msg")
-    stored = msg.get("stored") if isinstance(msg, dict) else None
-    if stored is None:
-        return body, None
-    return {**body, "msg": {k: v for k, v in msg.items() if k != "stored"}}, stored
-
-
-def answer(fx: Effects, prq: PRQBLOK, body: dict) -> None:
+def answer(fx: Effects, prq: PRQBLOK, body: Body) -> None:
+    """`body` answers the request `prq`, and its retries (asked again while it waited)."""
     prq.done = True
     for conn, rid in prq.answers():
-        fx.reply(conn, {"id": rid, **body})
+        fx.reply(conn, rid, body)
 
 
 class ProcessDispatcher:
@@ -82,7 +63,7 @@ class ProcessDispatcher:
         while wait.dirty:
             self._recvs(wait.dirty.pop(), fx, wall)
         for prq in wait.expired(now):
-            answer(fx, prq, {"ok": True, "msg": None})
+            answer(fx, prq, NOTHING)
             wait.prune(prq.to_id)
             if prq.reply_to:
                 self.lists.recv.give_up(prq.to_id, prq.reply_to)
@@ -114,7 +95,7 @@ class ProcessDispatcher:
                 if not self._fits(batch.batch, local):
                     break
                 msg_ids = [self._store(p, is_local, fx, wall) for p, is_local in zip(batch.batch, local)]
-                answer(fx, batch, {"ok": True, "msg_ids": msg_ids})
+                answer(fx, batch, AcceptedMany(tuple(msg_ids)))
             queue.popleft()
 
     def _fits(self, sends: list[PRQBLOK], local: list[bool]) -> bool:
@@ -149,7 +130,7 @@ class ProcessDispatcher:
             fx.trace("msg", "received", **fields(blk))
         else:
             self.lists.send.add(blk)
-        answer(fx, prq, {"ok": True, "msg_id": msg_id, "to": prq.to_id})
+        answer(fx, prq, Accepted(msg_id, prq.to_id))
         return msg_id
 
     def _keep_waiting_sends(self, fx: Effects) -> None:
@@ -178,8 +159,7 @@ class ProcessDispatcher:
             copy = self._copy(session, prq, recv)
             if copy is not None and (blk is None or copy.seq < blk.seq):
                 session.copies.remove(copy)
-                body = {k: v for k, v in message_body(copy, wall).items() if k != "rid"}  # nothing to confirm
-                answer(fx, prq, {"ok": True, "msg": {**body, "copy": True}})
+                answer(fx, prq, Received(message(copy, wall, copy=True)))
             elif blk is not None:
                 msgs = [self._hand(blk, session, prq, wall)]
                 while len(msgs) < prq.most and not isinstance(blk.data, Stored) and not session.copies:
@@ -187,15 +167,15 @@ class ProcessDispatcher:
                     if blk is None or isinstance(blk.data, Stored):  # a large text goes alone, read as written
                         break
                     msgs.append(self._hand(blk, session, prq, wall))
-                answer(fx, prq, {"ok": True, "msg": msgs[0], **({"more": msgs[1:]} if len(msgs) > 1 else {})})
+                answer(fx, prq, Received(msgs[0], tuple(msgs[1:])))
             elif not prq.wait:
-                answer(fx, prq, {"ok": True, "msg": None})
+                answer(fx, prq, NOTHING)
         wait.prune(key)
 
-    def _hand(self, blk: MSGBLOK, session: Session, prq: PRQBLOK, wall: float) -> dict:
+    def _hand(self, blk: MSGBLOK, session: Session, prq: PRQBLOK, wall: float) -> Message:
         self.lists.recv.hand(blk, prq.conn)
         session.handed[blk.seq] = blk
-        return message_body(blk, wall)
+        return message(blk, wall)
 
     def _copy(self, session: Session, prq: PRQBLOK, recv: RecvList) -> MSGBLOK | None:
         """The first copy for this RECV; a large text's copy only while its message is here (its

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from checkpoint.changes import Change
+from checkpoint.changes import Change, Stored
+
+from mccs.core.replies import Body, Received
 
 
 class TraceEvent(NamedTuple):
@@ -27,10 +29,21 @@ class TraceEvent(NamedTuple):
     at: float | None = None  # wall time it happened, if before the pass that writes it
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
+    """`body` (mccs.core.replies) to connection `conn`, the reply to its request `rid`. A named
+    tuple, as TraceEvent: a pass makes one or more a message."""
     conn: int
-    body: dict
+    rid: object  # the request's `id`, echoed (None: it had none, or could not be read)
+    body: Body
+
+    def wire(self) -> dict:
+        """The object framed on the socket: the request's `id` first, then the body's keys."""
+        return {"id": self.rid, **self.body.wire()}
+
+    @property
+    def stored(self) -> Stored | None:
+        """A large text to send with the reply, read from the checkpoint as it is written."""
+        return self.body.stored if isinstance(self.body, Received) else None
 
 
 @dataclass(frozen=True)
@@ -62,9 +75,10 @@ class Effects:
               at: float | None = None, **fields) -> None:
         self.traces.append(TraceEvent(type_, kind, line, proto, fields, at))
 
-    def reply(self, conn: int | None, body: dict) -> None:
+    def reply(self, conn: int | None, rid: object, body: Body) -> None:
+        """`body` answers request `rid` of connection `conn` (None: gone, nothing to send)."""
         if conn is not None:
-            self.replies.append(Reply(conn, body))
+            self.replies.append(Reply(conn, rid, body))
 
     def write(self, peer: str, data: bytes) -> None:
         if data:

@@ -36,7 +36,9 @@ from mccs.core.receiver import MessageReceiver
 from mccs.core.routing import RoutingTable
 from mccs.core.segments import Blobs, Forgets, Partial, Reassembly
 from mccs.core.queue import Queue
-from mccs.core.requests import (CODECS, NAMED, Cancel, Code, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request,
+from mccs.core.replies import (NOTHING, Accepted, AcceptedMany, Alive, Cancelled, Confirmed, Failed, Observing,
+                               Refused, Welcome)
+from mccs.core.requests import (NAMED, Cancel, Code, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request,
                        RequestError, Send, SendMany)
 from mccs.core.delivery import Delivery
 from mccs.core.sessions import Creds, Session, Sessions
@@ -172,7 +174,7 @@ class Kernel:
                     raise RequestError(Code.UNKNOWN_HOST, f"host {req.host!r} is unknown here: nothing to ping")
                 self._pings.append((conn, rid, req))
             elif isinstance(req, Ping):
-                self._fx.reply(conn, {"id": rid, "ok": True, "host": self.host})
+                self._fx.reply(conn, rid, Alive(self.host))
             elif isinstance(req, QueueRequest):  # carried out in the pass, which has the wall clock
                 self.queue.ops.append((conn, rid, req))
         except RequestError as e:
@@ -196,7 +198,7 @@ class Kernel:
 
     def refuse(self, conn: int, rid: object, e: RequestError) -> None:
         self.counters["bad_requests" if e.code is Code.BAD_REQUEST else "refused"] += 1
-        self._fx.reply(conn, {"id": rid, "ok": False, "error": str(e), "code": e.code})
+        self._fx.reply(conn, rid, Refused.of(e))
 
     def line_data(self, peer: str, data: bytes, now: float) -> float | None:
         """Bytes from a line; within how many seconds a pass should handle what they made, or None
@@ -233,14 +235,13 @@ class Kernel:
             raise RequestError(Code.BAD_REQUEST, f"this connection is process {session.name.rstrip()!r}; "
                                               "connect again for another name")
         self.sessions.attach(session, pid, handler=not req.observe)
-        self._fx.reply(session.conn, {"id": rid, "ok": True, "process": pid, "host": self.host,
-                                      "max_message": self.cfg.max_message, "v": 4, "codecs": list(CODECS)})
+        self._fx.reply(session.conn, rid, Welcome(pid, self.host, self.cfg.max_message))
 
     def _observe(self, session: Session, rid: object, req: Observe) -> None:
         """Copies of the messages that arrive for a name from now on, as the name's owner may."""
         self._permit(session, req.name)
         self.sessions.observe(session, self.host + req.name)
-        self._fx.reply(session.conn, {"id": rid, "ok": True, "observing": self.host + req.name})
+        self._fx.reply(session.conn, rid, Observing(self.host + req.name))
 
     def _permit(self, session: Session, name: str) -> None:
         """May this connection hold or observe process `name`: not the daemon's own, and as its
@@ -255,7 +256,7 @@ class Kernel:
     def _send(self, session: Session, rid: object, req: Send, prior: tuple[int, str] | None) -> None:
         self._check_send(req)
         if prior is not None:  # a retry of a SEND already stored: its MSG_ID, not a second copy
-            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_id": prior[0], "to": prior[1]})
+            self._fx.reply(session.conn, rid, Accepted(*prior))
             return
         if not self._new_send(session, rid, req.req):
             return
@@ -274,7 +275,7 @@ class Kernel:
             raise RequestError(Code.TOO_LARGE, f"a batch of {len(req.sends)} messages is over the {self.cfg.buffers} "
                                             "buffers of this host")
         if prior:  # a retry of a batch already stored (all of it: it was one commit)
-            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg_ids": [p[0] for p in prior]})
+            self._fx.reply(session.conn, rid, AcceptedMany(tuple(p[0] for p in prior)))
             return
         if not self._new_send(session, rid, req.req):
             return
@@ -316,7 +317,7 @@ class Kernel:
             if handed in session.handed:  # (one not handed is confirmed already: the RECV was asked again)
                 self._take(session, handed)
         if req.from_id and not self.known_host(host_of(req.from_id)):  # no link to that host: blank at once
-            self._fx.reply(session.conn, {"id": rid, "ok": True, "msg": None})
+            self._fx.reply(session.conn, rid, NOTHING)
             return
         deadline = now + req.timeout if req.timeout is not None else None
         key = session.name if req.reply_to else session.recv_key  # a reply is in its name's mailbox
@@ -326,7 +327,7 @@ class Kernel:
     def _confirm(self, session: Session, rid: object, req: Confirm) -> None:
         """A process has its message: off RECV_LIST for good (the reply waits for the commit)."""
         self._take(session, req.rid)
-        self._fx.reply(session.conn, {"id": rid, "ok": True})
+        self._fx.reply(session.conn, rid, Confirmed())
 
     def _take(self, session: Session, rid: int) -> None:
         blk = session.handed.pop(rid, None)
@@ -353,11 +354,10 @@ class Kernel:
             if prq.durable:
                 self._fx.change(ch.delete_waiting(prq.req))
                 self.lists.wait.durable_sends -= 1
-            answer(self._fx, prq, {"ok": False, "code": Code.CANCELLED, "error": "the SEND was cancelled"})
-            self._fx.reply(session.conn, {"id": rid, "ok": True, "cancelled": True})
+            answer(self._fx, prq, Failed(Code.CANCELLED, "the SEND was cancelled"))
+            self._fx.reply(session.conn, rid, Cancelled(True))
             return
-        stored = {"msg_id": prior[0], "to": prior[1]} if prior else {}
-        self._fx.reply(session.conn, {"id": rid, "ok": True, "cancelled": False, **stored})
+        self._fx.reply(session.conn, rid, Cancelled(False, prior or None))
 
     def known_host(self, host: str) -> bool:
         return self.routes.is_known(host)

@@ -28,6 +28,7 @@ from mccs.core.lines import Lines
 from mccs.core.lists import MSGBLOK, PRQBLOK, BlockState
 from mccs.core.notices import Notices
 from mccs.core.pairs import PairsIn
+from mccs.core.replies import AtHost, Failed, QueueEntry, QueueList, QueuePurge, QueueResult, Refused
 from mccs.core.requests import Code, QueueRequest, Ref, RequestError
 from mccs.core.host import HostState
 
@@ -112,10 +113,10 @@ class Queue:
         ops, self.ops = self.ops, []
         for conn, rid, op in ops:
             try:
-                body = getattr(self, f"_{op.action}")(op, fx, wall)
+                result = getattr(self, f"_{op.action}")(op, fx, wall)
             except RequestError as e:
-                body = {"ok": False, "error": str(e), "code": e.code}
-            fx.reply(conn, {"id": rid, "host": self.host, **body})
+                result = Refused.of(e)
+            fx.reply(conn, rid, AtHost(self.host, result))
 
     # -- what is on the lists ---------------------------------------------------------------------
     def entries(self, wall: float) -> list[tuple[dict, Item]]:
@@ -144,29 +145,29 @@ class Queue:
         return select(ref, self.host, self.entries(wall))
 
     # -- the actions ------------------------------------------------------------------------------
-    def _list(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
+    def _list(self, op: QueueRequest, fx: Effects, wall: float) -> QueueResult:
         found = self.entries(wall)
-        return {"ok": True, "entries": [e for e, _ in found[:op.limit]], "more": max(0, len(found) - op.limit)}
+        return QueueList(tuple(e for e, _ in found[:op.limit]), max(0, len(found) - op.limit))
 
-    def _show(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
+    def _show(self, op: QueueRequest, fx: Effects, wall: float) -> QueueResult:
         e, item = self._entry(op.ref, wall)
-        return {"ok": True, "entry": details(item, e)}
+        return QueueEntry(details(item, e))
 
-    def _hold(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
+    def _hold(self, op: QueueRequest, fx: Effects, wall: float) -> QueueResult:
         blk = self._on_send_list(op, wall, "held")
         self._set_held(blk, True, fx)
         note = "a piece of it is on the line now: that piece goes on, nothing more of it until released" \
             if self.lines.carrying(blk) else ""
-        return {"ok": True, "entry": entry(blk, "SEND_LIST", self._send_state(blk), wall), "note": note}
+        return QueueEntry(entry(blk, "SEND_LIST", self._send_state(blk), wall), note)
 
-    def _release(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
+    def _release(self, op: QueueRequest, fx: Effects, wall: float) -> QueueResult:
         blk = self._on_send_list(op, wall, "released")
         note = "" if blk.held else "it was not held"
         if blk in self.purging:
             self.purging.remove(blk)
             note = "its purge, waiting for the line to give it back, is called off"
         self._set_held(blk, False, fx)
-        return {"ok": True, "entry": entry(blk, "SEND_LIST", self._send_state(blk), wall), "note": note}
+        return QueueEntry(entry(blk, "SEND_LIST", self._send_state(blk), wall), note)
 
     def _on_send_list(self, op: QueueRequest, wall: float, verb: str) -> MSGBLOK:
         e, item = self._entry(op.ref, wall)
@@ -183,7 +184,7 @@ class Queue:
             fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, flags))
             log.info("%s: %s %s", self.host, "held" if on else "released", blk.name)
 
-    def _purge(self, op: QueueRequest, fx: Effects, wall: float) -> dict:
+    def _purge(self, op: QueueRequest, fx: Effects, wall: float) -> QueueResult:
         if op.ref is not None:
             chosen = [self._entry(op.ref, wall)]
         else:
@@ -199,7 +200,7 @@ class Queue:
                 done["skipped"].append({"id": e["id"], "why": why})
             else:
                 done[self._purge_one(e, item, fx, wall)].append(e["id"])
-        return {"ok": True, **done}
+        return QueuePurge(tuple(done["purged"]), tuple(done["pending"]), tuple(done["skipped"]))
 
     def _cannot_purge(self, e: dict) -> str:
         if e["id"] == "-":
@@ -219,8 +220,7 @@ class Queue:
         if isinstance(item, PRQBLOK):  # not stored: its SEND is answered, no MSG_ID, no notice
             fx.change(ch.delete_waiting(item.req))
             self.lists.wait.durable_sends -= 1
-            answer(fx, item, {"ok": False, "code": Code.PURGED, "error": f"the SEND was purged by the operator at "
-                                                                      f"{self.host}"})
+            answer(fx, item, Failed(Code.PURGED, f"the SEND was purged by the operator at {self.host}"))
             self.notices.counters["purged"] += 1
         elif e["list"] == "SEND_LIST":
             if self.lines.carrying(item):

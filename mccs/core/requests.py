@@ -39,6 +39,7 @@ class Code(StrEnum):
     CANCELLED = "cancelled"
     PURGED = "purged"
     REFUSED = "refused"
+    TIMEOUT = "timeout"  # the client library's own (NotStored): a SEND's timeout passed; no daemon sends it
 
 
 class RequestError(ValueError):

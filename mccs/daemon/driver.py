@@ -5,20 +5,18 @@ runs the daemon's own order of things.
 
 The order is the durability rule (docs/DESIGN.md sections 4.3 and 5): the pass's checkpoint
 changes are committed first, in one transaction; then its trace events are written and flushed;
-then the replies go to the processes (a large text read from the checkpoint as it is sent), the
-bytes to the lines (acknowledgements among them), and the programs are started. If the commit
-fails, nothing after it is done: nothing that depends on a change leaves before the change is
-durable.
+then the replies go to the processes (typed values, mccs.core.replies: the shell frames each
+one's `wire()`, a large text read from the checkpoint as it is sent), the bytes to the lines
+(acknowledgements among them), and the programs are started. If the commit fails, nothing after
+it is done: nothing that depends on a change leaves before the change is durable.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
-from checkpoint.changes import Stored
 from checkpoint.store import Checkpoint
 
-from mccs.core.dispatcher import stored_text
-from mccs.core.effects import Effects, StartProgram, TraceEvent
+from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
 from mccs.core.requests import Cancel, Request, Send, SendMany
 
 
@@ -27,7 +25,7 @@ class Shell(Protocol):
 
     def emit_trace(self, ev: TraceEvent) -> None: ...
     def flush_traces(self) -> None: ...
-    def send_reply(self, conn: int, body: dict, stored: Stored | None) -> None: ...
+    def send_reply(self, reply: Reply) -> None: ...
     def write_line(self, peer: str, data: bytes) -> None: ...
     def start_program(self, start: StartProgram) -> None: ...
 
@@ -40,8 +38,7 @@ def perform(fx: Effects, cp: Checkpoint, shell: Shell) -> None:
         shell.emit_trace(ev)
     shell.flush_traces()  # before the replies and acknowledgements that depend on these events
     for reply in fx.replies:
-        body, stored = stored_text(reply.body)
-        shell.send_reply(reply.conn, body, stored)
+        shell.send_reply(reply)
     for w in fx.writes:
         shell.write_line(w.peer, w.data)
     for start in fx.starts:

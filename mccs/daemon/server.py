@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from mccs.client.ipc import Deframer, FrameError, frame
+from mccs.core.replies import Refused
 from mccs.core.requests import Code
 from mccs.core.sessions import Creds
 
@@ -78,7 +79,7 @@ class Connection(asyncio.Protocol):
         try:
             self._backlog.extend(self.deframer.feed(data))
         except FrameError as e:  # over the size limit: the stream can no longer be trusted
-            self.send({"ok": False, "error": str(e), "code": Code.BAD_REQUEST})
+            self.send(Refused(Code.BAD_REQUEST, str(e)).wire())  # no id: the stream is not read further
             self.transport.close()
             return
         self._serve()

@@ -33,9 +33,10 @@ from mccs.core import requests
 from mccs.daemon import server, service
 from mccs.config import HostConfig, LineConfig
 from mccs.daemon.driver import perform, prior
-from mccs.core.effects import StartProgram, TraceEvent
+from mccs.core.effects import Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
 from mccs.client.ipc import b64
+from mccs.core.replies import CodecSwitched, StatusReport
 from mccs.core.requests import Code, Codec, Hello, RequestError, Status
 from mccs.daemon.trace import TraceWriter
 
@@ -193,10 +194,10 @@ class Daemon:
             if isinstance(req, Hello) and obj.get("binary") is True:
                 conn.binary = True
             if isinstance(req, Status):  # administrative: answered at once, no process name needed
-                conn.answer({"id": rid, "ok": True, "status": self.status()})
+                conn.answer(Reply(conn.id, rid, StatusReport(self.status())).wire())
                 return
             if isinstance(req, Codec):  # the answer in the old codec, then the new one both ways
-                conn.answer({"id": rid, "ok": True, "codec": req.name})
+                conn.answer(Reply(conn.id, rid, CodecSwitched(req.name)).wire())
                 conn.use(req.name)
                 return
             try:
@@ -299,11 +300,12 @@ class Daemon:
     def flush_traces(self) -> None:
         self.trace.flush()
 
-    def send_reply(self, conn_id: int, body: dict, stored: Stored | None) -> None:
-        """A reply; a large message's text is read from the checkpoint as it is written."""
-        conn = self.conns.get(conn_id)
+    def send_reply(self, reply: Reply) -> None:
+        """A reply, framed as its wire(); a large message's text is read from the checkpoint as it is written."""
+        conn = self.conns.get(reply.conn)
         if conn is None:  # gone meanwhile
             return
+        body, stored = reply.wire(), reply.stored
         if stored is None:
             conn.answer(body)
         elif conn.binary:

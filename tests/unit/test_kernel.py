@@ -11,6 +11,7 @@ from mccs.config import ProcessConfig
 from mccs.core.lists import BlockState, Mailbox
 from mccs.core.lines import GUESS_WAIT, READ_EARLY, LineState
 from mccs.core.msgids import DUP_WINDOW, KeyWindow, MsgIds
+from mccs.core.replies import Accepted
 from mccs.core.sessions import Creds
 from tools.hostsim import WALL0, SimNet, line
 
@@ -92,7 +93,7 @@ def test_a_send_is_answered_in_the_pass_that_stores_it(alone):
     host = alone["AA"]
     p = host.client("P")
     msg_id = p.send("AAR", b"x")["msg_id"]
-    fx = next(fx for fx in host.passes if any(r.body.get("msg_id") == msg_id for r in fx.replies))
+    fx = next(fx for fx in host.passes if any(r.body == Accepted(msg_id, "AAR   ") for r in fx.replies))
     assert any(row[3] == msg_id for row in _inserted(fx, Table.RECV_LIST))
 
 
