@@ -32,7 +32,7 @@ from .async_signon import AsyncSignOn
 from .async_sizing import LEAST_SEGMENT, ErrorRate, best_choice
 from .async_states import GIVE_UP, Await, State
 from .auth import TRAILER_SIZE, FrameAuth, Handshake
-from .events import FrameTraced, LineDown, LineEvent, MessageAcked, MessageReceived
+from .events import Event, FrameTraced, LineDown, LineEvent, MessageAcked, MessageReceived
 from .ids import check_host_id
 from .image import HEADER_SIZE, ImageError, decode, key_of
 
@@ -75,7 +75,7 @@ class AsyncLine(AsyncSignOn):
              "oversized", "bad_frames", "busy_drops", "ignored", "keepalives", "internal_errors",
              "auth_failures", "reasks", "fec_frames", "fec_mended"), 0)
         self.state = State.DOWN
-        self._events: list = []
+        self._events: list[Event] = []
         self._out: list[bytes] = []
         self._now = 0.0
         self.secret = secret
@@ -108,7 +108,7 @@ class AsyncLine(AsyncSignOn):
         self._tx_base = 0
         self._next_i = 0       # index in _held of the next frame to transmit
         self._high = 0         # frames _held[:_high] have been transmitted at least once
-        self._rej_for = None   # ACK of the last N acted on (one go-back per reject)
+        self._rej_for: int | None = None  # ACK of the last N acted on (one go-back per reject)
         self._peer_busy = False
         self._rx_next = 0      # next SEQ expected
         self._rx_ack = 0       # next SEQ we may acknowledge (everything before it is confirmed)
@@ -129,11 +129,11 @@ class AsyncLine(AsyncSignOn):
         # and how long it may take to come before the timer asks again (0: no timer, see _reask)
         self._ask_due: list[int] = []        # SEQs to ask for with R at the next data_to_send()
         self._resend: set[int] = set()       # SEQs the peer asked for with R (or the oldest, after a timeout)
-        self._rejected_at = None  # _rx_next when the last N went out (one N per gap)
+        self._rejected_at: int | None = None  # _rx_next when the last N went out (one N per gap)
         self._awaiting: Await | None = None  # what the reply timer waits for
         self._await_since = self._now
-        self._reply_at = None
-        self._poll_at = None
+        self._reply_at: float | None = None  # when the reply timer runs out (None: not running)
+        self._poll_at: float | None = None   # when to poll a busy peer with P
         self._retries = 0
         self._last_rx = self._now
         self._auth: FrameAuth | None = None  # the frame keys while UP with a secret
@@ -383,9 +383,9 @@ class AsyncLine(AsyncSignOn):
             return
         while self._next_i < end:
             i = self._next_i
-            again = i < self._high
-            self.counters["retransmissions"] += again
-            self._emit("D", (self._tx_base + i) & 0xFF, self._rx_ack, self._held[i], again)
+            resent = i < self._high
+            self.counters["retransmissions"] += resent
+            self._emit("D", (self._tx_base + i) & 0xFF, self._rx_ack, self._held[i], resent)
             self._next_i = i + 1
         self._high = max(self._high, self._next_i)
         self._ack_pending = self._busy and self._ack_pending  # the ACK rode along (busy needs B)
@@ -403,6 +403,7 @@ class AsyncLine(AsyncSignOn):
 
     def _reply_timed_out(self) -> None:
         what = self._awaiting
+        assert what is not None  # the reply timer runs (_reply_at) only while awaiting something
         if self._now < self._await_since + self._timeout():  # a longer frame than the timer allowed
             self._reply_at = self._await_since + self._timeout()  # for is arriving: wait for it
             return

@@ -8,12 +8,12 @@ fails a proof and the sign-on is refused, as with a wrong secret.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from .async_frames import FCS32, FEC, REFUSED, SREJ, SignOn
+from .async_frames import FCS32, FEC, REFUSED, SREJ, Deframer, SignOn
 from .async_states import Await, SignOnKind, State
-from .auth import AUTH_FAILED, INITIATOR, RESPONDER, Handshake, new_nonce
-from .events import LineUp, PeerRefused
+from .auth import AUTH_FAILED, INITIATOR, RESPONDER, FrameAuth, Handshake, new_nonce
+from .events import Event, LineUp, PeerRefused
 
 
 def covered(body: bytes) -> bytes:
@@ -28,6 +28,37 @@ class AsyncSignOn:
     epoch: str = ""
     #: Our last S, sent again byte for byte (V's proof covers it as sent).
     _s_body: bytes = b""
+
+    # AsyncLine's, used here: declared for the type checker (AsyncLine.__init__ and _reset set them).
+    local: str
+    peer: str
+    window: int
+    max_message: int
+    large: int
+    features: tuple[str, ...]
+    secret: bytes | None
+    random_bytes: Callable[[int], bytes]
+    counters: dict[str, int]
+    state: State
+    session: str
+    _peer_session: str
+    _nonce: bytes
+    _hs: Handshake | None
+    _t_body: bytes
+    _v_body: bytes
+    _auth: FrameAuth | None
+    _deframer: Deframer
+    _events: list[Event]
+    _sr: bool
+    _fcs32: bool
+    _fec: bool
+
+    if TYPE_CHECKING:
+        def _emit(self, kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
+                  retransmit: bool = False, seal: bool = True) -> None: ...
+        def _reset(self, window: int, maxmsg: int) -> None: ...
+        def _await(self, what: Await | None) -> None: ...
+        def _down(self, reason: str) -> None: ...
 
     def _signon_body(self, session: str, nonce: bytes = b"", proof: bytes = b"") -> bytes:
         return SignOn(self.local, self.window, self.max_message, session, nonce, proof, self.features,
@@ -130,6 +161,7 @@ class AsyncSignOn:
 
     def _answer(self, signon: SignOn, body: bytes) -> None:
         """With a secret: answer an S with T (our nonce and proof) and wait VERIFYING for V."""
+        assert self.secret is not None  # _s_in answers so only on a line with a secret
         if self.state is State.SIGNING_ON and self.local > signon.host:
             self.counters["ignored"] += 1  # both signing on: the end with the lower host id answers
             return
@@ -148,6 +180,7 @@ class AsyncSignOn:
 
     def _answered(self, signon: SignOn, body: bytes) -> None:
         """With a secret: the T to our S. A good proof takes us UP, proving ourselves with V."""
+        assert self.secret is not None  # _t_in comes here only on a line with a secret
         hs = Handshake(self.secret, self.local, signon.host, self._nonce, signon.nonce).covering(
             self._s_body, covered(body))
         if not hs.verify(RESPONDER, signon.proof):
@@ -159,6 +192,7 @@ class AsyncSignOn:
 
     def _proof_in(self, signon: SignOn, body: bytes) -> None:
         """V: the proof of the end whose S we answered."""
+        assert self._hs is not None  # VERIFYING (SIGNON's only state for V): _answer set it
         if signon.session != self._peer_session or signon.host != self.peer:
             self.counters["ignored"] += 1
         elif self._hs.covering(covered(body)).verify(INITIATOR, signon.proof):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 
+from .bsc_base import BscBase
 from .bsc_reader import Seq
 from .events import LineUp, PeerRefused
 from .ids import IdError, check_epoch
@@ -62,7 +63,7 @@ def _epoch(fields: dict) -> str:
         return ""
 
 
-class BscAgreement:
+class BscAgreement(BscBase):
     """Announcements, the commit block and resume; the state is set up in BscLine.__init__."""
     #: This host's checkpoint epoch, announced as EPOCH= (set by the owner; "" announces none).
     epoch: str = ""
@@ -92,6 +93,7 @@ class BscAgreement:
 
     def _digest(self, bidder: bool) -> bytes:
         ours, theirs = self._said, self._agreeing
+        assert theirs is not None  # a commit block is made or checked only while agreeing
         return COMMIT_MAGIC + hashlib.sha256(b"\n".join((ours, theirs) if bidder else (theirs, ours))).digest()[:8]
 
     # --- coming UP ------------------------------------------------------------------------
@@ -133,6 +135,7 @@ class BscAgreement:
 
     def _agreement(self) -> LineUp:
         """The LineUp of an agreed sign-on; the sender's resume point and the image limit follow."""
+        assert self._agreeing is not None  # _up(agreed=True) comes only with the commit block of an agreement
         mine, theirs = parse(self._said, self.cs.codec), parse(self._agreeing, self.cs.codec)
         self._agreeing = None
         common = set(mine["FEAT"].split(",")) & set(theirs.get("FEAT", "").split(",")) - {""}

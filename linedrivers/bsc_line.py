@@ -11,7 +11,8 @@ The machine is put together from parts, one module each: bsc_states (the states,
 what each answer does in each phase, as tables), bsc_signon (identification and, with a secret,
 authentication: docs/PROTOCOL.md), bsc_agree (features and resume at sign-on), bsc_sender (bidding,
 transmitting), bsc_receiver (receive
-state); bsc_codes and bsc_reader are the wire. Here: the interface, output and dispatch.
+state), bsc_base (what they share, declared for the type checker); bsc_codes and bsc_reader are
+the wire. Here: the interface, output and dispatch.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .bsc_receiver import BscReceiver
 from .bsc_sender import BscSender
 from .bsc_signon import BscSignOn
 from .bsc_states import UP_STATES, Phase, State
-from .events import FrameTraced, LineDown, LineEvent, LineUp
+from .events import Event, FrameTraced, LineDown, LineEvent, LineUp
 from .ids import check_host_id
 from .image import HEADER_SIZE, key_of
 
@@ -111,7 +112,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         self._hs: Handshake | None = None   # with a secret: the sign-on under way
         self._auth: FrameAuth | None = None  # with a secret: the frame keys of the session
         self._out = bytearray()
-        self._events: list = []
+        self._events: list[Event] = []
         self._now = self._last_rx = 0.0
         self._state = State.DOWN
         self._busy = False

@@ -197,6 +197,7 @@ class BscReader:
 
     def _in_text(self, pos: int, out: list) -> tuple[int, bool]:
         cs, buf, text = self.cs, self._buf, self._text
+        assert text is not None  # called only inside a block (feed checks _text)
         n = len(buf)
         while True:
             k = buf.find(self._dle, pos)

@@ -4,6 +4,7 @@ ENQ asking to repeat an answer is never taken for a bid. A part of BscLine (a mi
 """
 from __future__ import annotations
 
+from .bsc_base import BscBase
 from .bsc_reader import Seq
 from .bsc_states import State
 from .events import MessageReceived
@@ -15,7 +16,7 @@ ACK = ("ACK0", "ACK1")
 RVI_AFTER = 8
 
 
-class BscReceiver:
+class BscReceiver(BscBase):
     """Receive state; its answers go out through the machine's _tx."""
 
     def _reset_receiver(self) -> None:

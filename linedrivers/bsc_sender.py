@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .bsc_base import BscBase
 from .bsc_signon import BscSignOn
 from .bsc_states import BidAnswer, Phase, Reply, State
 from .events import MessageAcked
@@ -18,7 +19,7 @@ ACK = ("ACK0", "ACK1")
 HANDOVER = 0.05
 
 
-class BscSender:
+class BscSender(BscBase):
     """Bidding and transmitting; see bsc_states for the tables."""
 
     def _reset_sender(self) -> None:
@@ -102,6 +103,7 @@ class BscSender:
         self._send_block(now)
 
     def _send_block(self, now: float) -> None:
+        assert self._frames is not None  # the head image's blocks are being sent (_next set them)
         text, last = self._frames[self._block]
         if self.secret is not None:  # each transmission its own counter, so it is built each time
             text += self._seal(bytes([self.cs.etx if last else self.cs.etb]) + text)
@@ -159,6 +161,7 @@ class BscSender:
         self._retries = 0
         self._parity ^= 1
         self._block += 1
+        assert self._frames is not None  # phase REPLY or ENQ: a block of the head image is in flight
         if self._block == len(self._frames):
             self._frames, self._sent_max = None, -1
             self._events.append(MessageAcked(self._queue.popleft()))
@@ -250,21 +253,24 @@ class BscSender:
 Answered = Callable[..., None]  # handler(station, kind received, now): a BscSender or BscSignOn method
 IGNORED = None  # an answer that means nothing in that phase: dropped, explicitly
 
+#: ON_REPLY's handlers, the replies not named here IGNORED (a table of its own, typed: its rows
+#: name methods of two parts, BscSignOn and BscSender).
+_XMIT_HANDLERS: dict[Phase, dict[Reply, Answered]] = {
+    Phase.AUTH: {Reply.ACK: BscSignOn._proven, Reply.NAK: BscSignOn._proof_naked},
+    Phase.REPLY: {Reply.ACK: BscSender._acked, Reply.RVI: BscSender._acked_rvi, Reply.WACK: BscSender._acked_wack,
+                  Reply.NAK: BscSender._naked, Reply.EOT: BscSender._receiver_ended,
+                  Reply.OLD_ACK: BscSender._ask_again},
+    Phase.ENQ: {Reply.ACK: BscSender._acked, Reply.RVI: BscSender._acked_rvi, Reply.WACK: BscSender._acked_wack,
+                Reply.NAK: BscSender._naked, Reply.EOT: BscSender._receiver_ended,
+                Reply.OLD_ACK: BscSender._block_lost},
+    Phase.WACK: {Reply.OLD_ACK: BscSender._wack_cleared, Reply.WACK: BscSender._wacked_again},
+    Phase.WACKENQ: {Reply.OLD_ACK: BscSender._wack_cleared, Reply.WACK: BscSender._wacked_again},
+    Phase.HOLD: {},  # no block in flight: nothing is an answer
+    Phase.TTD: {Reply.NAK: BscSender._ttd_answered},
+}
 #: XMIT: phase -> reply to the block in flight -> handler. Every phase of XMIT, every reply.
 ON_REPLY: dict[Phase, dict[Reply, Answered | None]] = {
-    phase: {reply: IGNORED for reply in Reply} | handlers for phase, handlers in {
-        Phase.AUTH: {Reply.ACK: BscSignOn._proven, Reply.NAK: BscSignOn._proof_naked},
-        Phase.REPLY: {Reply.ACK: BscSender._acked, Reply.RVI: BscSender._acked_rvi, Reply.WACK: BscSender._acked_wack,
-                      Reply.NAK: BscSender._naked, Reply.EOT: BscSender._receiver_ended,
-                      Reply.OLD_ACK: BscSender._ask_again},
-        Phase.ENQ: {Reply.ACK: BscSender._acked, Reply.RVI: BscSender._acked_rvi, Reply.WACK: BscSender._acked_wack,
-                    Reply.NAK: BscSender._naked, Reply.EOT: BscSender._receiver_ended,
-                    Reply.OLD_ACK: BscSender._block_lost},
-        Phase.WACK: {Reply.OLD_ACK: BscSender._wack_cleared, Reply.WACK: BscSender._wacked_again},
-        Phase.WACKENQ: {Reply.OLD_ACK: BscSender._wack_cleared, Reply.WACK: BscSender._wacked_again},
-        Phase.HOLD: {},  # no block in flight: nothing is an answer
-        Phase.TTD: {Reply.NAK: BscSender._ttd_answered},
-    }.items()}
+    phase: {reply: IGNORED for reply in Reply} | handlers for phase, handlers in _XMIT_HANDLERS.items()}
 
 #: BID: phase -> control sequence received -> handler. Both phases of BID, every answer.
 ON_BID_REPLY: dict[Phase, dict[BidAnswer, Answered | None]] = {

@@ -11,6 +11,7 @@ key exists only NAK and DISC go without one (UNSIGNED), and are believed only wh
 from __future__ import annotations
 
 from .auth import AUTH_FAILED, INITIATOR, NONCE_SIZE, PROOF_SIZE, UNSIGNED, Handshake, new_nonce
+from .bsc_base import BscBase
 from .bsc_reader import Seq
 from .bsc_states import UP_STATES, Phase, State
 from .events import LineEvent, PeerRefused
@@ -19,7 +20,7 @@ from .events import LineEvent, PeerRefused
 PROOF_MAGIC = b"AUTH"
 
 
-class BscSignOn:
+class BscSignOn(BscBase):
     """Identification and authentication; the session keys are self._auth, a sign-on under
     way with a secret self._hs."""
 
@@ -117,6 +118,7 @@ class BscSignOn:
 
     def _challenge(self) -> None:
         """Answer an ID ENQ with an ID ACK0 carrying our nonce; LineUp waits for the proof block."""
+        assert self.secret is not None  # _on_id challenges only on a line with a secret
         self._reset_sender()
         self._hs = Handshake(self.secret, self.peer, self.local, responder_nonce=new_nonce(self.random_bytes))
         ident = self.cs.encode_id(self.local, True, self._hs.responder_nonce)
@@ -125,6 +127,7 @@ class BscSignOn:
 
     def _prove(self, nonce: bytes, now: float) -> None:
         """The ID ACK0 to our sign-on, with the peer's nonce: send the proof block."""
+        assert self.secret is not None  # _on_id proves only on a line with a secret
         if len(nonce) != NONCE_SIZE:  # the nonce or its check was hit on the line: ask again later
             self.counters["bad_ids"] += 1
             return
@@ -148,6 +151,7 @@ class BscSignOn:
     def _proof_in(self, s: Seq) -> None:
         """The proof block, in RECV while signing on: a good one takes us UP, answered ACK1
         (whose MAC proves us); a bad one is refused with DISC."""
+        assert self._hs is not None  # _on_receiving takes a block for the proof only while _hs is set
         text, n = s.data, len(PROOF_MAGIC)
         hs = self._hs.with_nonce(text[n:n + NONCE_SIZE])
         auth = hs.frames(self.local)

@@ -66,6 +66,6 @@ def decode(image: bytes, max_message: int = 65535) -> Image:
     return Image(to_id, from_id, msg_id, user_id, bytes(image[HEADER_SIZE:]))
 
 
-def key_of(image: bytes) -> tuple[str, int]:
+def key_of(image: bytes | bytearray) -> tuple[str, int]:
     """(origin host, MSG_ID) of an image without a full decode."""
     return image[6:8].decode("ascii", "replace"), int.from_bytes(image[12:14], "big")

@@ -203,7 +203,10 @@ class Station:
 
     def send(self, images: list[bytes]) -> None:
         """Queue images (the daemon's SEND_LIST) from any thread."""
-        self.link.call(lambda m, now: (self.queue.extend(images), self._feed(m)))
+        def add(m: Any, now: float) -> None:
+            self.queue.extend(images)
+            self._feed(m)
+        self.link.call(add)
 
     def wait(self, predicate: Callable[["Station"], bool], timeout: float) -> bool:
         """Wait until predicate(self) holds (checked after every event) or timeout."""

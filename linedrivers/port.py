@@ -17,7 +17,8 @@ import queue
 import select
 import threading
 import time
-from typing import Callable
+from collections.abc import Mapping
+from typing import Callable, TypedDict
 
 import serial
 
@@ -34,7 +35,17 @@ GATHER_MAX = 0.1  # gather(): the longest the loop leaves arriving bytes in the 
 READ_SIZE = 4096  # the most a read takes (as much as a tty's line discipline holds)
 
 
-def open_port(url: str, settings: dict, exclusive: bool = True) -> serial.SerialBase:
+class PortSettings(TypedDict):
+    """A SerialPort's settings, as pyserial names them (its apply_settings() takes them)."""
+    baudrate: int
+    bytesize: int
+    parity: str
+    stopbits: float
+    rtscts: bool
+    xonxoff: bool
+
+
+def open_port(url: str, settings: Mapping[str, object], exclusive: bool = True) -> serial.SerialBase:
     """A pyserial port or URL opened with `settings`; `exclusive`: an flock on a native port, so
     two programs never share one. Raises serial.SerialException (an OSError or ValueError inside)."""
     port = serial.serial_for_url(url, do_not_open=True)
@@ -112,8 +123,8 @@ class SerialPort:
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.url = url
         self.loop = loop
-        self.settings = dict(baudrate=baudrate, bytesize=bytesize, parity=parity, stopbits=stopbits,
-                             rtscts=rtscts, xonxoff=xonxoff)
+        self.settings = PortSettings(baudrate=baudrate, bytesize=bytesize, parity=parity, stopbits=stopbits,
+                                     rtscts=rtscts, xonxoff=xonxoff)
         self.exclusive = exclusive
         self.on_data, self.on_state, self.raw_hook = on_data, on_state, raw_hook
         self.backoff_max = max(backoff_max, BACKOFF_MIN)
@@ -273,6 +284,7 @@ class SerialPort:
         """Let the loop read the port while this thread waits for its loss: a chunk then wakes
         only the loop, not this thread and then the loop (about 0.1 ms less on every turnaround
         of a stop-and-wait line, and less CPU; BENCHMARKS.md)."""
+        assert self.loop is not None  # loop mode: _read_until_lost comes here only with a loop
         lost = self._lost = _Lost()
         if self._stop.is_set() or self._write_error:  # _cancel() came before `lost` was there
             lost.set(self._write_error or "closed")
@@ -283,8 +295,12 @@ class SerialPort:
         lost.wait()  # set by _readable, or by _cancel() (close(), a failed write)
         if not self._detached:  # off the loop before the descriptor is closed (and maybe reused)
             done = threading.Event()
+
+            def detach() -> None:
+                self._detach()
+                done.set()
             try:
-                self.loop.call_soon_threadsafe(lambda: (self._detach(), done.set()))
+                self.loop.call_soon_threadsafe(detach)
             except RuntimeError:  # closed: it reads nothing any more
                 return "closed"
             done.wait(DETACH_WAIT)
@@ -294,6 +310,7 @@ class SerialPort:
         """The loop watches an epoll of the port's own: gather() pauses and resumes the port there,
         one system call each, instead of taking it off the loop and putting it back (8 to 17% of a
         receiving daemon's CPU on a streaming line, BENCHMARKS.md)."""
+        assert self.loop is not None  # scheduled on the loop by _read_on_loop
         if lost.is_set() or self._stop.is_set():
             return
         self._loop_fd = fd
@@ -310,6 +327,7 @@ class SerialPort:
         read, and what comes during it the next), and takes what is there."""
         if self._loop_fd is None or self._gathering is not None or nbytes <= 1:
             return
+        assert self.loop is not None and self._poller is not None  # loop mode, attached (_loop_fd set)
         s = self.settings
         nbytes = min(nbytes, READ_SIZE // 2)
         wait = min(nbytes * char_time(s["baudrate"], s["bytesize"], s["parity"], s["stopbits"]), GATHER_MAX)
@@ -328,6 +346,7 @@ class SerialPort:
             return
         self._readable(fd, lost, polled=False)
         if self._gathering is None and self._loop_fd == fd and not lost.is_set():
+            assert self._poller is not None  # set with _loop_fd (_attach)
             self._poller.modify(fd, select.EPOLLIN)
             self._paused = False
 
@@ -336,6 +355,7 @@ class SerialPort:
             self._gathering.cancel()
             self._gathering = None
         if self._loop_fd is not None:
+            assert self.loop is not None and self._poller is not None  # set with _loop_fd (_attach)
             self.loop.remove_reader(self._poller.fileno())
             self._poller.close()
             self._loop_fd = self._poller = None
@@ -391,7 +411,7 @@ class SerialPort:
             port, generation = self._port, self._generation
         data = b"".join(d for g, d in items if g == generation and port is not None)
         self.counters["dropped_out"] += sum(len(d) for _, d in items) - len(data)
-        if not data:
+        if not data or port is None:  # no port: nothing was taken into data
             return
         try:
             port.write(data)

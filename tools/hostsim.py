@@ -178,6 +178,11 @@ class SimClient:
         self.host.kernel.disconnected(self.conn)
 
 
+def _pair(a: str, b: str) -> tuple[str, str]:
+    """The two ends of a line in order: its channel's key."""
+    return (a, b) if a <= b else (b, a)
+
+
 def _b64(data: bytes) -> str:
     import base64
     return base64.b64encode(data).decode()
@@ -199,7 +204,7 @@ class SimNet:
             cfg.check()
             self.hosts[hid] = SimHost(self, cfg)
             for lc in lines:
-                self.channels.setdefault(tuple(sorted((hid, lc.peer))), Channel(seed=seed))
+                self.channels.setdefault(_pair(hid, lc.peer), Channel(seed=seed))
         for host in self.hosts.values():
             host.open_ports()
 
@@ -210,7 +215,7 @@ class SimNet:
         return self.hosts[hid].client(name)
 
     def channel(self, a: str, b: str) -> Channel:
-        return self.channels[tuple(sorted((a, b)))]
+        return self.channels[_pair(a, b)]
 
     def write(self, src: str, dst: str, data: bytes) -> None:
         ch = self.channel(src, dst)

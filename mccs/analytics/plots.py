@@ -9,8 +9,13 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from mccs.analytics.report import duration, outages, plural
+
+if TYPE_CHECKING:  # matplotlib is imported only when the plots are drawn
+    from matplotlib.figure import Figure
 
 DOWN, NOT_UP, UP = "tab:red", "lightgray", "tab:green"
 
@@ -49,7 +54,8 @@ def _time_axis(ax, ws: float, we: float) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def _traffic(plt, summary, tables, ws, we, width, starts, unit):
+def _traffic(plt: ModuleType, summary: dict, tables: dict, ws: float, we: float, width: int,
+             starts: list[int], unit: str) -> Figure:
     """Bytes per second sent on each line (both ends) and its retransmissions, per bin."""
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
     by_line: dict[str, dict[int, list[int]]] = {}
@@ -77,7 +83,8 @@ def _traffic(plt, summary, tables, ws, we, width, starts, unit):
     return fig
 
 
-def _latency_over_time(plt, summary, tables, ws, we, width, starts, unit):
+def _latency_over_time(plt: ModuleType, summary: dict, tables: dict, ws: float, we: float, width: int,
+                       starts: list[int], unit: str) -> Figure:
     """p50 and p99 of the latency of the messages accepted in each bin."""
     fig, ax = plt.subplots(figsize=(11, 3.6))
     per = {r["start"]: r for r in tables["latency"]}
@@ -99,7 +106,8 @@ def _latency_over_time(plt, summary, tables, ws, we, width, starts, unit):
     return fig
 
 
-def _timeline(plt, summary, tables, ws, we, width, starts, unit):
+def _timeline(plt: ModuleType, summary: dict, tables: dict, ws: float, we: float, width: int,
+              starts: list[int], unit: str) -> Figure:
     """One row per line end: green UP, red DOWN after an UP (an outage, marked with a triangle so
     a short one shows on a long window), grey before its first UP."""
     import matplotlib.dates as mdates
@@ -131,7 +139,8 @@ def _timeline(plt, summary, tables, ws, we, width, starts, unit):
     return fig
 
 
-def _histogram(plt, summary, tables, ws, we, width, starts, unit):
+def _histogram(plt: ModuleType, summary: dict, tables: dict, ws: float, we: float, width: int,
+               starts: list[int], unit: str) -> Figure:
     fig, ax = plt.subplots(figsize=(11, 3.6))
     h = tables["histogram"]
     if h:

@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 from mccs.analytics.schema import DIRECTION_COLUMNS, HOPS_COLUMNS, HOST_COLUMNS, LINE_COLUMNS, PROBLEM_COLUMNS
 
@@ -33,10 +34,17 @@ img { max-width: 100%; border: 1px solid #ddd; margin: .3em 0 1.2em; }
 """
 
 
+class ReportFiles(TypedDict):
+    """summary.json's `files`: what write_report wrote under `out`, named relative to it."""
+    summary: str
+    tables: list[str]
+    plots: list[str]
+
+
 def write_report(summary: dict, tables: dict, out: Path) -> None:
     """summary.json, the CSV tables, the plots and index.html under `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    files = {"summary": "summary.json", "tables": [], "plots": []}
+    files: ReportFiles = {"summary": "summary.json", "tables": [], "plots": []}
     for name, rows, cols in (("directions", summary["directions"], DIRECTION_COLUMNS),
                              ("lines", summary["lines"], LINE_COLUMNS), ("hosts", summary["hosts"], HOST_COLUMNS),
                              ("minutes", tables["minutes"], None), ("up_intervals", tables["up"], None),
@@ -213,7 +221,7 @@ PLOT_TITLES = {"throughput.png": "Traffic and retransmissions over time", "laten
                "availability.png": "Line states: UP and DOWN", "latency.png": "Latency distribution"}
 
 
-def page(summary: dict, tables: dict, files: dict) -> str:
+def page(summary: dict, tables: dict, files: ReportFiles) -> str:
     i, m, r = summary["input"], summary["messages"], summary["routing"]
     w = i["window"]
     v = summary["verdict"]

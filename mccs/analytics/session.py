@@ -79,7 +79,9 @@ def start_session(master: str | None = None, driver_memory: str = "3g"):
         if not _gc_chosen():
             options["spark.driver.extraJavaOptions"] += f" {LOCAL_GC}"
     _start_jvm(SparkConf().setAll(list(options.items())))
-    spark = SparkSession.builder.config(map=options).getOrCreate()
+    # pyspark types `map` as a dict of any option value, which (dict being invariant) refuses our dict
+    # of str, though it only reads it
+    spark = SparkSession.builder.config(map=options).getOrCreate()  # type: ignore[arg-type]
     spark.sparkContext.setLogLevel("ERROR")
     # four tasks a core: the shuffles are small, and Spark's default of 200 is for clusters
     spark.conf.set("spark.sql.shuffle.partitions", str(max(8, 4 * spark.sparkContext.defaultParallelism)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby
 from operator import itemgetter
@@ -159,7 +160,8 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
     flags = [f"g_{k}" for k in bins]
     bin_ = F.coalesce(*[F.col(k) for k in bins]).alias("bin")
     side = sum(F.col(g) for g in flags) == len(bins)
-    sides, per = [], {k: [] for k in bins}
+    sides: list[dict] = []
+    per: dict[str, list] = {k: [] for k in bins}
     for r in _per_dir(agg.filter(side | bin_.isNotNull()).select("*", bin_), "bin", (*flags, *side_keys), SIDE_COLUMNS):
         if all(r[g] for g in flags):
             sides.append({k: r[k] for k in (*side_keys, *SIDE_COLUMNS)} | {c: r[c][0] for c in BIN_COLUMNS})
@@ -167,7 +169,8 @@ def _one_pass(events, in_window, since: float | None, until: float | None):
             per[next(k for k in bins if not r[f"g_{k}"])].append(r)
     minutes = _rows(per["minute"], MINUTE, label="minute")
     win = [r for r in sides if r["win"]]
-    window, traffic = None, []
+    window = None
+    traffic: list[dict] | None = []
     if win:
         ws = since if since is not None else min(r["t_min"] for r in win)
         we = until if until is not None else max(r["t_max"] for r in win)
@@ -202,7 +205,8 @@ def _rows(per_dir: list, width: float, into: float | None = None, label: str = "
     out = []
     for r in sorted(per_dir, key=lambda r: ("-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"])):
         line, host, dir_ = "-".join(sorted((r["host"], r["line"]))), r["host"], r["dir"]
-        bins = zip((b * step // into * into for b in r["bin"]), zip(*(r[c] for c in BIN_COLUMNS)))
+        bins: Iterable[tuple[int, Sequence[int]]] = zip((b * step // into * into for b in r["bin"]),
+                                                        zip(*(r[c] for c in BIN_COLUMNS)))
         if into != step:        # the bins are in order, so those of one start are consecutive
             bins = ((start, [sum(c) for c in zip(*(counts for _, counts in group))])
                     for start, group in groupby(bins, key=itemgetter(0)))
@@ -489,24 +493,23 @@ def _percentiles(df, s, names, strict: bool = False) -> dict[str, list]:
     out = {}
     for name in names:
         n = s[f"{name}_count"]
-        values: list | None = []
+        values: list = []
         for i, p in enumerate(PERCENTILES):
             if not n:
                 values.append(None)
                 continue
+            assert row is not None  # a column with values has brackets, so there were aggs
             below, inside = row[f"{name}_{i}_below"], sorted(row[f"{name}_{i}_in"])
             pos = (n - 1) * p
             lo, hi = math.floor(pos), math.ceil(pos)
             if not below <= lo <= hi < below + len(inside):
                 if strict:
                     raise AssertionError(f"{name}: ranks {lo}..{hi} not in the bracket {below}..{below + len(inside)}")
-                values = None
+                pct = ", ".join(str(p) for p in PERCENTILES)  # the bracket missed: Spark's exact percentiles
+                values = df.agg(F.expr(f"percentile({name}, array({pct}))")).first()[0]
                 break
             a, b = inside[lo - below], inside[hi - below]
             values.append(a if lo == hi or a == b else a + (pos - lo) * (b - a))    # Spark's formula
-        if values is None:
-            pct = ", ".join(str(p) for p in PERCENTILES)
-            values = df.agg(F.expr(f"percentile({name}, array({pct}))")).first()[0]
         out[name] = values
     return out
 
@@ -516,7 +519,7 @@ def _path(slots: list[int | None], first: int | None, last: int | None) -> str:
     arrived at more than PATH_SLOTS hosts (a routing loop) ends with ">...". `slots`: arrival
     number << 32 | host code, arrival n in slot n % PATH_SLOTS (see _messages)."""
     seen: list[str] = []
-    if first is None:
+    if first is None or last is None:  # both or neither: the min and max of one column
         return ""
     for n in range(first, min(last, first + len(slots) - 1) + 1):
         v = slots[n % len(slots)]
@@ -589,7 +592,8 @@ def _high_water(per, width: float) -> dict:
             .withColumn("bin", F.floor(F.col("ts") / width))
             .withColumn("level", F.sum("d").over(order))
             .groupBy(*bin_).agg(F.sum("d").alias("change"), F.max("level").alias("peak")).collect())
-    hwm, level = {}, {}
+    hwm: dict[tuple[str, str], int] = {}    # (host, list) -> the highest level
+    level: dict[tuple[str, str], int] = {}  # (host, list) -> the level at the end of the bins so far
     for r in sorted(rows, key=lambda r: r["bin"]):
         key = (r["host"], r["list"])
         hwm[key] = max(hwm.get(key, 0), level.get(key, 0) + r["peak"])

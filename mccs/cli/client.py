@@ -172,7 +172,7 @@ def run_send(args) -> int:
     with _client(args) as client:
         msg_id = client.send(args.to_id, data, args.user_id, timeout=args.timeout, ttl=args.ttl,
                              receipt=args.receipt or args.wait_delivered, priority=args.priority,
-                             progress=bar and bar.show)
+                             progress=bar.show if bar else None)
         if bar:
             bar.done(f"stored here as MSG_ID {msg_id}")
         print(msg_id, flush=True)
@@ -270,13 +270,13 @@ def run_ping(args) -> int:
         raise _Usage("no config: give -c host.toml or set MCCS_CONFIG")
     if args.count < 1:
         raise _Usage(f"--count {args.count}: at least 1")
-    rtts = []
+    rtts: list[float | None] = []
     with Client(args.config, None, connect_timeout=1.0, reconnect_timeout=10.0) as client:
         for i in range(args.count):
             if i:
                 time.sleep(max(0.0, 1.0 - (rtts[-1] or 0.0)))
             pong = client.ping(args.target, timeout=args.timeout)
-            rtts.append(pong and pong.rtt)
+            rtts.append(pong.rtt if pong else None)
             if pong is None:
                 print(f"no answer from {args.target[:2]} within {args.timeout:g} s", flush=True)
                 continue

@@ -43,7 +43,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
             mod = importlib.import_module(module)
-            getattr(mod, f"add_{name}_arguments", getattr(mod, "add_arguments", None))(p)
+            add_arguments = getattr(mod, f"add_{name}_arguments", None) or mod.add_arguments
+            add_arguments(p)
             p.set_defaults(_run=getattr(mod, f"run_{name}", getattr(mod, "run", None)))
     return parser
 

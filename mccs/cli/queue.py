@@ -104,8 +104,8 @@ def _from_checkpoint(args, keys: dict) -> dict:
     reply = {"ok": True, "host": cfg.id, "source": f"checkpoint {cfg.checkpoint}"}
     if args.action == "list":
         return {**reply, "entries": [e for e, _ in found[:keys["limit"]]], "more": max(0, len(found) - keys["limit"])}
-    e, item = select(parse_ref(keys["msg"]), cfg.id, found)
-    return {**reply, "entry": details(item, e)}
+    entry, item = select(parse_ref(keys["msg"]), cfg.id, found)
+    return {**reply, "entry": details(item, entry)}
 
 
 def _print(action: str, reply: dict) -> None:

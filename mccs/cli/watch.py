@@ -53,7 +53,7 @@ def with_rates(status: dict, prev: tuple[float, dict] | None, now: float) -> dic
     for line in status["lines"]:
         old = before.get(line["peer"])
         for key, counter in (("rate_in", "bytes_rx"), ("rate_out", "bytes_tx")):
-            if old is None or now <= prev[0]:
+            if prev is None or old is None or now <= prev[0]:  # no prev: no old either
                 line[key] = None
             else:  # a port lost gets a fresh machine, whose counters start at 0 again
                 grew = line["counters"].get(counter, 0) - old["counters"].get(counter, 0)

@@ -121,6 +121,7 @@ class Deframer:
 
     def _attach(self, data: bytes, out: list) -> bytes:
         """Take the pending attachment's bytes from `data`; return what follows it."""
+        assert self._pending is not None  # called only while an attachment is coming (_start)
         need = len(self._att) - self._got
         piece = memoryview(data)[:need]
         self._att[self._got:self._got + len(piece)] = piece

@@ -205,6 +205,7 @@ class Client:
     # -- framing --------------------------------------------------------------------------
     def _write(self, obj: dict) -> int:
         """Send a request; its `_att` (data, and a progress callback) goes after it as it is."""
+        assert self._sock is not None  # requests go only on a connection (_call, _open)
         obj["id"] = next(self._ids)
         att = obj.pop("_att", None)
         self._sock.settimeout(self.grace)
@@ -222,11 +223,13 @@ class Client:
 
     def _read(self, timeout: float | None) -> dict | None:
         """The next reply, or None when `timeout` seconds pass first (the stream stays intact)."""
+        assert self._sock is not None  # replies are read only on a connection
         end = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         while True:
             reply = self._reply()
             if reply is not None:
-                key = self._pending_confirms.pop(reply.get("id"), None)
+                rid = reply.get("id")
+                key = self._pending_confirms.pop(rid, None) if isinstance(rid, int) else None
                 if key is not None and reply.get("ok"):
                     self._seen_set.discard(key)  # committed: it will never be handed again
                 return reply
@@ -440,9 +443,9 @@ class Client:
                     self._confirm_now()
                 except OSError:  # the daemon went away after handing it: it hands it again, we drop that copy
                     self._drop()
-            msgs = [msg for msg in msgs if msg is not None]
-            if msgs:
-                return msgs
+            fresh = [msg for msg in msgs if msg is not None]
+            if fresh:
+                return fresh
             # each was handed again after a daemon restart: we returned it already; confirmed, dropped
 
     def _message(self, got: dict, data: bytes | None) -> Message | None:
@@ -547,7 +550,7 @@ def _default() -> Client:
         config, name = os.environ.get("MCCS_CONFIG"), os.environ.get("MCCS_NAME")
         if not config or not name:
             raise MCCSError("call mccs.attach(config, name) or set MCCS_CONFIG and MCCS_NAME")
-        attach(config, name)
+        return attach(config, name)
     return _attached
 
 

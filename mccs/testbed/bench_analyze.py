@@ -17,7 +17,11 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 EVENTS_PER_MESSAGE = 13.5       # what tracegen writes per message with the spec below, keep-alives included
 SECONDS_PER_MESSAGE = 2.2       # traffic density: ~0.45 messages/s over 12 lines
@@ -59,7 +63,7 @@ def compacted(spark, folder: Path) -> Path:
     return out
 
 
-def _seconds(job) -> tuple[float, object]:
+def _seconds(job: Callable[[], T]) -> tuple[float, T]:
     t0 = time.monotonic()
     result = job()
     return time.monotonic() - t0, result
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     spark = start_session(args.master)
     start = time.monotonic() - t0
     print(f"Spark session ({args.master}) started in {start:.1f} s", flush=True)
-    results = []
+    results: list[dict[str, Any]] = []  # a JSON record per dataset, printed below
     for folder, events in inputs:
         forms = {"jsonl": folder / "json", "parquet": compacted(spark, folder)}
         times: dict[str, list[float]] = {form: [] for form in forms}

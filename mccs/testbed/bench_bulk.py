@@ -56,6 +56,13 @@ def which(program: str) -> str | None:
     return shutil.which(program) or shutil.which(program, path=os.pathsep.join(SBIN))
 
 
+def found(program: str) -> str:
+    """which(), for a peer's program: a peer runs only when missing() found its programs."""
+    path = which(program)
+    assert path is not None, f"{program} not found"
+    return path
+
+
 def missing(peer: str) -> str | None:
     """Why `peer` cannot run here, with what installs it; None when it can."""
     if peer == "zmodem":
@@ -96,12 +103,12 @@ def mccs_transfer(protocol: str, root: Path, data: bytes, baud: int, ber: float,
     chunks = [data[i:i + message] for i in range(0, len(data), message)] or [b""]
     with _line(root / "dev", baud, ber, seed) as line:
         keys = {"protocol": protocol, "baud": baud, **line_keys}
-        host = {"max_message": max(128, message)}
+        max_message = max(128, message)
         try:
             a = DaemonProcess(write_config(root, "AA", [{"peer": "BB", "port": line.end_a, "role": "primary",
-                                                         **keys}], **host))
+                                                         **keys}], max_message=max_message))
             b = DaemonProcess(write_config(root, "BB", [{"peer": "AA", "port": line.end_b, "role": "secondary",
-                                                         **keys}], **host))
+                                                         **keys}], max_message=max_message))
         except ConfigError as e:
             raise PeerFailed(f"this build does not take the configuration: {e}"
                              + (" (messages this large need large-message support; --mccs-message N sends "
@@ -133,7 +140,8 @@ def _mccs_run(a, b, chunks: list[bytes], data: bytes, baud: int) -> float:
             sender = threading.Thread(target=send_all, args=(s,), daemon=True)
             t0 = time.monotonic()
             sender.start()
-            got, until = [], t0 + _deadline(len(data), baud)
+            got: list[bytes] = []
+            until = t0 + _deadline(len(data), baud)
             while len(got) < len(chunks):
                 msg = r.recv(timeout=min(5.0, max(0.0, until - time.monotonic())))
                 if msg is not None:
@@ -188,10 +196,10 @@ def zmodem_transfer(root: Path, data: bytes, baud: int, ber: float, seed: int) -
             open(line.end_b, "r+b", buffering=0) as b, open(root / "sz.log", "wb") as szlog, \
             open(root / "rz.log", "wb") as rzlog:
         try:
-            sz = subprocess.Popen([which("sz"), "-b", "BULK"], stdin=a, stdout=a, stderr=szlog, cwd=src)
+            sz = subprocess.Popen([found("sz"), "-b", "BULK"], stdin=a, stdout=a, stderr=szlog, cwd=src)
             time.sleep(0.3)
             t0 = time.monotonic()
-            rz = subprocess.Popen([which("rz"), "-b", "-y"], stdin=b, stdout=b, stderr=rzlog, cwd=dst)
+            rz = subprocess.Popen([found("rz"), "-b", "-y"], stdin=b, stdout=b, stderr=rzlog, cwd=dst)
             try:
                 rc = sz.wait(_deadline(len(data), baud))
             except subprocess.TimeoutExpired:
@@ -260,17 +268,17 @@ def uucp_transfer(root: Path, data: bytes, baud: int, ber: float, seed: int) -> 
         for d in (a, b):
             _give_to_uucp(d)
         os.chmod(root / "BULK", 0o644)
-        q = subprocess.run([which("uucp"), "-I", f"{a}/config", "-C", "-r", str(root / "BULK"), "beta!~/BULK"],
+        q = subprocess.run([found("uucp"), "-I", f"{a}/config", "-C", "-r", str(root / "BULK"), "beta!~/BULK"],
                            capture_output=True, text=True)
         if q.returncode:
             raise PeerFailed(f"uucp could not queue the file: {q.stderr.strip()}")
         try:
             with open(root / "master.out", "wb") as out:
-                master = subprocess.Popen([which("uucico"), "-I", f"{a}/config", "-D", "-q", "-S", "beta"],
+                master = subprocess.Popen([found("uucico"), "-I", f"{a}/config", "-D", "-q", "-S", "beta"],
                                           stdout=out, stderr=out, stdin=subprocess.DEVNULL)
             time.sleep(1)
             with open(line.end_b, "r+b", buffering=0) as port:
-                slave = subprocess.Popen([which("uucico"), "-I", f"{b}/config", "-D", "-q"],
+                slave = subprocess.Popen([found("uucico"), "-I", f"{b}/config", "-D", "-q"],
                                          stdin=port, stdout=port, stderr=subprocess.DEVNULL)
             try:
                 rc = master.wait(_deadline(len(data), baud))
@@ -331,8 +339,8 @@ def targets(results: list[Result], bsc: tuple | None) -> list[dict]:
                         "goal": CLEAN_ASYNC, "met": eff >= CLEAN_ASYNC})
         if peer == "async" and ber > 0 and baud == NOISY_BAUD and eff is not None:
             for other, factor in (("uucp", ASYNC_OVER_UUCP), ("zmodem", ASYNC_OVER_ZMODEM)):
-                if by.get((other, baud, ber)):
-                    ratio = eff / by[(other, baud, ber)]
+                if theirs := by.get((other, baud, ber)):
+                    ratio = eff / theirs
                     out.append({"target": f"ber {ber:g} {baud}: async >= {factor:g} x {other}",
                                 "value": round(ratio, 3), "goal": factor, "met": ratio >= factor})
         if peer == "bsc" and ber == 0 and eff is not None and bsc:
@@ -350,9 +358,9 @@ def ratios(results: list[Result]) -> list[dict]:
     for (peer, baud, ber), eff in by.items():
         if peer in ("async", "bsc") and eff:
             for other in ("zmodem", "uucp"):
-                if by.get((other, baud, ber)):
+                if theirs := by.get((other, baud, ber)):
                     out.append({"mccs": peer, "peer": other, "baud": baud, "ber": ber,
-                                "ratio": round(eff / by[(other, baud, ber)], 3)})
+                                "ratio": round(eff / theirs, 3)})
     return out
 
 
@@ -469,9 +477,9 @@ def run(args: argparse.Namespace) -> int:
                         say(f"  {baud:>6} ber {ber:<6g} {peer:<7} run {i + 1}: {s:8.2f} s  "
                             f"{args.size / s / (baud / 10):6.1%} of capacity")
                     except Exception as e:  # noqa: BLE001 - one peer's failure is a result, not the end
-                        e = str(e) if isinstance(e, PeerFailed) else f"{type(e).__name__}: {e}"
-                        r.errors.append(e)
-                        say(f"  {baud:>6} ber {ber:<6g} {peer:<7} run {i + 1}: FAILED: {e}")
+                        why = str(e) if isinstance(e, PeerFailed) else f"{type(e).__name__}: {e}"
+                        r.errors.append(why)
+                        say(f"  {baud:>6} ber {ber:<6g} {peer:<7} run {i + 1}: FAILED: {why}")
                     finally:
                         shutil.rmtree(root, ignore_errors=True)
     for r in results.values():

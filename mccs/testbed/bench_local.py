@@ -103,17 +103,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="mccs-bench-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="mccs-bench-") as name:
+        tmp = Path(name)
         rates, raws, batches, daemon_cpu, client_cpu = [], [], [], [], []
         n = args.pairs * args.messages
         for i in range(args.runs):
             raws.append(raw_commit_rate(tmp / f"raw{i}.db"))
             config = write_config(tmp / f"run{i}", "AA", [], synchronous=args.synchronous)
             with DaemonProcess(config) as daemon:
-                cpu0, kids0 = cpu_seconds(daemon.proc.pid), _children_cpu()
+                cpu0, kids0 = cpu_seconds(daemon.pid), _children_cpu()
                 rates.append(message_rate(config, config, "AA", args.pairs, args.messages, batch=args.send_many))
-                daemon_cpu.append(1e6 * (cpu_seconds(daemon.proc.pid) - cpu0) / n)
+                daemon_cpu.append(1e6 * (cpu_seconds(daemon.pid) - cpu0) / n)
                 client_cpu.append(1e6 * (_children_cpu() - kids0) / n)
                 batches.append(n / daemon.counters()["commits"])
             print(f"run {i + 1}: {rates[-1]:8.0f} msg/s   raw SQLite {raws[-1]:8.0f} commits/s   "

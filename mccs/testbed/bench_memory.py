@@ -44,13 +44,13 @@ def one_run(size: int, baud: int, seed: int) -> dict:
             for d in daemons.values():
                 d.start()
             time.sleep(2.0)  # signed on
-            idle = {h: _rss(d.proc.pid) for h, d in daemons.items()}
+            idle = {h: _rss(d.pid) for h, d in daemons.items()}
             peak, stop = dict(idle), threading.Event()
 
             def sample() -> None:
                 while not stop.is_set():
                     for h, d in daemons.items():
-                        peak[h] = max(peak[h], _rss(d.proc.pid))
+                        peak[h] = max(peak[h], _rss(d.pid))
                     stop.wait(0.05)
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()

@@ -136,7 +136,7 @@ def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int, b
         return int(r.recv(timeout=120) is not None)
 
     daemons = {"AA": a, "BB": b}
-    before = {h: (cpu_seconds(d.proc.pid), d.counters()) for h, d in daemons.items()}
+    before = {h: (cpu_seconds(d.pid), d.counters()) for h, d in daemons.items()}
     with mccs.connect(a.config, "CS") as s, mccs.connect(b.config, "CR", carry_confirms=batch > 1) as r:
         sender = threading.Thread(target=send, args=(s,), daemon=True)
         sender.start()
@@ -151,7 +151,7 @@ def cpu_per_message(a: DaemonProcess, b: DaemonProcess, count: int, size: int, b
     for h, d in daemons.items():
         cpu0, c0 = before[h]
         c1 = d.counters()
-        out[f"cpu_s_per_1000_{h}{tag}"] = (cpu_seconds(d.proc.pid) - cpu0) * 1000 / count
+        out[f"cpu_s_per_1000_{h}{tag}"] = (cpu_seconds(d.pid) - cpu0) * 1000 / count
         out[f"passes_per_msg_{h}{tag}"] = (c1["passes"] - c0["passes"]) / count
         out[f"commits_per_msg_{h}{tag}"] = (c1["commits"] - c0["commits"]) / count
     return out
@@ -205,10 +205,10 @@ def idle_cost(root: Path, protocol: str, seconds: float) -> dict:
                     bb.start()
                 _wait_up(bb)
                 time.sleep(2.0)  # the sign-on's routes and traces settle
-                t0, c0 = time.monotonic(), cpu_seconds(bb.proc.pid)
+                t0, c0 = time.monotonic(), cpu_seconds(bb.pid)
                 time.sleep(seconds)
-                out[f"idle_core_share_{when}"] = (cpu_seconds(bb.proc.pid) - c0) / (time.monotonic() - t0)
-                out[f"idle_rss_mb_{when}"] = rss(bb.proc.pid) / 1e6
+                out[f"idle_core_share_{when}"] = (cpu_seconds(bb.pid) - c0) / (time.monotonic() - t0)
+                out[f"idle_rss_mb_{when}"] = rss(bb.pid) / 1e6
         return out
 
 

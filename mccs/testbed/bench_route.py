@@ -230,9 +230,9 @@ def run(args: argparse.Namespace) -> int:
     frame_s = frame * 10 / baud
     keepalive = timers(baud)["keepalive"]  # what loopback's Network puts in every line's config
     paths = {"single": (2, "BB"), "chain": (4, "DD")}
-    good = {p: [] for p in paths}
-    e2e = {p: [] for p in paths}
-    lat = {p: [] for p in paths}
+    good: dict[str, list] = {p: [] for p in paths}
+    e2e: dict[str, list] = {p: [] for p in paths}
+    lat: dict[str, list] = {p: [] for p in paths}
     cuts = []
     with tempfile.TemporaryDirectory(prefix="mccs-bench-route-") as tmp:
         with network(Path(tmp) / "single", 2, "chain", baud) as one, \

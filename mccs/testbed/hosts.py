@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -22,8 +23,8 @@ def _toml_value(value) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def write_config(directory: str | os.PathLike, host: str, lines: list[dict] = (), routes: list[dict] = (),
-                 processes: list[dict] = (), **host_keys) -> Path:
+def write_config(directory: str | os.PathLike, host: str, lines: Sequence[dict] = (), routes: Sequence[dict] = (),
+                 processes: Sequence[dict] = (), **host_keys) -> Path:
     """Write `<directory>/<host>.toml` with socket, checkpoint and trace_dir beside it."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -79,6 +80,7 @@ class DaemonProcess:
         return self
 
     def wait_ready(self, timeout: float = 20.0) -> None:
+        assert self.proc is not None, "start() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -104,9 +106,16 @@ class DaemonProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The daemon's process id (once started)."""
+        assert self.proc is not None, "start() first"
+        return self.proc.pid
+
     def kill(self) -> None:
         """kill -9: a crash, nothing flushed, nothing signed off."""
         if self.running:
+            assert self.proc is not None  # running
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
 
@@ -114,6 +123,7 @@ class DaemonProcess:
         """SIGTERM: lines sign off, the daemon exits 0."""
         if not self.running:
             return self.proc.returncode if self.proc else None
+        assert self.proc is not None  # running
         self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout)

@@ -226,6 +226,7 @@ class Harness:
                 self.at(self.now + 1 / self.drain_rate, self._drain)
 
     def _drain(self, _h: "Harness") -> None:
+        assert self.drain_rate  # scheduled only with a drain_rate
         for s in self.sides.values():
             if s.recv_list:
                 s.recv_list.popleft()
@@ -272,7 +273,7 @@ class Harness:
         if got:
             self._update_busy(s)
             if self.confirm_delay:
-                self.at(now + self.confirm_delay, lambda h, m=m: m.confirm())
+                self.at(now + self.confirm_delay, lambda h: m.confirm())
             else:
                 m.confirm()
         fed = 0  # after the events, so a LineDown's unacked go back before anything new goes in
@@ -306,7 +307,7 @@ class Harness:
                                          [key_of(i) for i in ev.unacked]))
         s.queue.extendleft(reversed(list(ev.unacked)))
         s.in_machine.clear()
-        self.at(self.now + self.backoff, lambda h, n=s.name: h._resign(n))
+        self.at(self.now + self.backoff, lambda h: h._resign(s.name))
 
     def _settle(self) -> None:
         """Let both machines react to each other at this instant until nothing changes."""

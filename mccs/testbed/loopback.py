@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 from linedrivers.ids import host_of
 from mccs.daemon.service import stop_on_sigterm
@@ -321,7 +322,7 @@ def verdict(root: Path, planned: int, statuses: dict, notices: bool = False, rec
             order[(sender, path.stem)].append(int(seq))
     reordered = sum(1 for seqs in order.values() for a, b in zip(seqs, seqs[1:]) if b < a)
     latencies = sorted(v[0][1] for v in got.values())
-    counters = collections.Counter()
+    counters: collections.Counter[str] = collections.Counter()
     for status in statuses.values():
         for line in status.get("lines", []):
             for key in ("retransmissions", "crc_errors", "timeouts", "naks"):
@@ -369,14 +370,16 @@ def run_network(opts: Options) -> dict:
             t0 = time.monotonic()
             next_kill = t0 + opts.kill_every if opts.kill_every else None
             next_cut = t0 + opts.disconnect_every if opts.disconnect_every else None
-            reconnect_at, cut, kills, cuts, last_report = None, None, 0, 0, t0
+            cut, kills, cuts, last_report = None, 0, 0, t0
+            reconnect_at = 0.0  # when `cut` is reconnected (read only while a line is cut)
             hosts_cycle, lines_cycle = itertools.cycle(net.hosts), itertools.cycle(net.vlines.lines.values())
             while time.monotonic() - t0 < opts.timeout:
                 time.sleep(0.1)
                 now = time.monotonic()
                 failed = [p for p in net.procs if p.poll() not in (None, 0)]
                 if failed:
-                    raise RuntimeError(f"a traffic process failed: {' '.join(failed[0].args[2:5])} "
+                    argv = cast(list[str], failed[0].args)  # Network starts each with a list of str
+                    raise RuntimeError(f"a traffic process failed: {' '.join(argv[2:5])} "
                                        f"exited with {failed[0].returncode}")
                 sent, got = read_logs(root)
                 f = fates(sent, read_notices(root)) if opts.notices else None

@@ -41,9 +41,10 @@ class _Msg:
     __slots__ = ("origin", "msg_id", "dest", "accepted", "acked", "received", "delivered",
                  "last", "local")
 
-    def __init__(self, origin, msg_id, dest, t):
+    def __init__(self, origin: str, msg_id: int, dest: str, t: float) -> None:
         self.origin, self.msg_id, self.dest, self.accepted = origin, msg_id, dest, t
-        self.acked = self.received = None
+        self.acked: float | None = None     # when its sender had the acknowledgement
+        self.received: float | None = None  # when it first reached its destination
         self.delivered: list[float] = []
         self.last = t
         self.local = origin == dest
@@ -258,6 +259,7 @@ class Generator:
             self.line_free[name] = send(t, m, size)
         if fate == "pending":
             return
+        assert m.received is not None  # set above, or by the line's send (the last attempt always gets through)
         t = m.received + rnd.expovariate(2.0) + 0.002
         m.delivered.append(t)
         self.msg_event(t, m.dest, "delivered", m)
@@ -305,6 +307,7 @@ class Generator:
             m.acked = t + 0.0005
             self.msg_event(m.acked, o, "acked", m, d)
             return m.acked
+        raise AssertionError("unreachable: the last attempt is never lost")
 
     def _send_bsc(self, t, m: _Msg, size) -> float:
         """Bid, blocks until acknowledged, EOT; returns when the line is free again."""

@@ -18,7 +18,7 @@ class DirTally:
     """The tally of one (line, host, dir) row, kept as events are written."""
     __slots__ = ("kinds", "bytes", "data_frames", "data_messages", "retransmissions", "crc", "minutes")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.kinds: Counter = Counter()
         self.bytes = self.data_frames = self.data_messages = self.retransmissions = self.crc = 0
         self.minutes: Counter = Counter()

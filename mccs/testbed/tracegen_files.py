@@ -7,6 +7,7 @@ import gzip
 import math
 import shutil
 from pathlib import Path
+from typing import TextIO
 
 from mccs.testbed.tracegen_spec import TraceSpec
 
@@ -17,7 +18,7 @@ class TraceWriter:
     def __init__(self, root: Path, spec: TraceSpec, hosts: list[str]):
         self.root, self.spec = root, spec
         self.buf: dict[str, list] = {h: [] for h in hosts}
-        self.files: dict[str, object] = {}
+        self.files: dict[str, TextIO] = {}
         self.count: dict[str, int] = {h: 0 for h in hosts}
         self.part: dict[str, int] = {h: 0 for h in hosts}
         self.paths: list[Path] = []

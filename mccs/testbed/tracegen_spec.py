@@ -45,7 +45,8 @@ def topology(hosts: list[str], n_lines: int | None) -> list[tuple[str, str]]:
     pairs: list[tuple[str, str]] = []
     for step in range(1, n):
         for i in range(n):
-            p = tuple(sorted((hosts[i], hosts[(i + step) % n])))
+            a, b = sorted((hosts[i], hosts[(i + step) % n]))
+            p = (a, b)
             if p not in pairs:
                 pairs.append(p)
     want = n_lines if n_lines is not None else (n if n > 2 else 1)

@@ -25,7 +25,7 @@ import threading
 import time
 import tty
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, TextIO
 
 #: Relay wakes at most this often while bytes are in flight: pacing is per chunk, not per byte.
 QUANTUM = 0.001
@@ -138,8 +138,11 @@ class Line:
             d.next_error = self._error_gap(d.rng)
         self._schedule = iter(schedule)
         self._next_action = next(self._schedule, None)
-        self._log_file = open(log, "a", buffering=1) if isinstance(log, (str, os.PathLike)) else None
-        self._log = self._write_log if self._log_file else log
+        if isinstance(log, (str, os.PathLike)):
+            self._log_file: TextIO | None = open(log, "a", buffering=1)
+            self._log: LogSink | None = self._write_log
+        else:
+            self._log_file, self._log = None, log
         self._ptys: tuple[_Pty, _Pty] | None = None
         self.state = "closed"  # connected, disconnected, hungup, closed
         self._commands: collections.deque = collections.deque()
@@ -304,13 +307,13 @@ class Line:
             return
         if self.tamper is not None:
             data = self.tamper(d.name, data)
-        data = self._impair(d, bytearray(data))
-        if not data:
+        kept = self._impair(d, bytearray(data))
+        if not kept:
             return
         t0 = max(now, d.line_free)
-        d.line_free = t0 + len(data) * self.byte_time
-        d.segments.append([t0 + self.latency, data])
-        d.backlog += len(data)
+        d.line_free = t0 + len(kept) * self.byte_time
+        d.segments.append([t0 + self.latency, kept])
+        d.backlog += len(kept)
 
     def _deliver(self, now: float) -> float | None:
         """Write every byte whose arrival time has come; return how long to sleep."""
@@ -377,6 +380,7 @@ class Line:
             self._log(direction, data, now)
 
     def _write_log(self, direction: str, data: bytes, now: float) -> None:
+        assert self._log_file is not None  # _log is _write_log only with a log file
         wall = time.time() - (time.monotonic() - now)
         text = data.decode() if direction == "event" else data.hex()
         self._log_file.write(f"{wall:.6f} {direction} {text}\n")
