@@ -114,6 +114,7 @@ class Custody:
         self.state_at: dict[Stream, float] = {}  # (origin, priority) -> when its last state went
         self.told: dict[Stream, MSGBLOK] = {}  # (origin, priority) -> its last state, while it waits on SEND_LIST
         self.offered: set[Stream] = set()  # streams without custody told one state in this run
+        self.expire_at = 0.0  # when to look for copies past their ttl next (wall)
         self.probed: set[Stream] = set()  # streams kept, probed once in this run (so the destination knows)
         # syncing streams: (when to ask the origin for a probe again, the wait after it, when to give up)
         self.syncs = {s: (0.0, PROBE_FIRST, -1.0) for s, pair in self.pairs.into.pairs.items() if pair.syncing}
@@ -212,7 +213,11 @@ class Custody:
         self._send(fx, dest, body, wall)
 
     def expire(self, fx: Effects, wall: float) -> None:
-        """Copies GRACE seconds past their ttl: whoever held the message has told its sender."""
+        """Copies GRACE seconds past their ttl: whoever held the message has told its sender.
+        Looked for once a minute (a pass does not walk every copy)."""
+        if wall < self.expire_at:
+            return
+        self.expire_at = wall + 60.0
         for stream, copies in list(self.copies.items()):
             for n in [n for n, b in copies.items() if b.expires and b.expires + GRACE <= wall]:
                 self._drop(fx, stream, n)

@@ -19,7 +19,7 @@ from typing import Iterator
 
 from checkpoint import changes as ch
 from checkpoint import store
-from checkpoint.changes import Table
+from checkpoint.changes import CUSTODY, Table
 
 from mccs.core.dispatcher import answer
 from mccs.core.effects import Effects
@@ -93,7 +93,8 @@ def from_checkpoint(lists: store.Lists, wall: float) -> list[tuple[dict, Item]]:
         out.append((entry(prq, "WAIT_LIST", "waiting", wall), prq))
     for row in lists.send_list:
         blk = MSGBLOK.from_row(row)
-        out.append((entry(blk, "SEND_LIST", "held" if blk.held else "waiting", wall), blk))
+        state = "custody" if blk.flags & CUSTODY else "held" if blk.held else "waiting"  # (custody: delivered,
+        out.append((entry(blk, "SEND_LIST", state, wall), blk))  # a copy kept until taken there, mccs.core.custody)
     for row in lists.recv_list:
         blk = MSGBLOK.from_row(row)
         out.append((entry(blk, "RECV_LIST", "held for order" if pairs.is_held(blk) else "waiting", wall), blk))

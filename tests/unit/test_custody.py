@@ -169,3 +169,18 @@ def test_an_origin_restored_from_a_backup_holds_nothing_for_good(tmp_path):
     flow.src = net.client("AA", "S")
     flow.send(3)
     flow.check()
+
+
+@pytest.mark.parametrize("body", [{"state": "abcd1234", "p": "0", "e": "", "x": 3}, {"state": "abcd1234", "p": 0},
+                                  {"probe": "abcd1234", "p": 0, "e": "", "f": 5, "n": 2, "k": ""},
+                                  {"probe": "abcd1234", "p": 0, "e": "", "f": 1, "n": 9, "k": "3-1"},
+                                  {"state": "abcd1234", "p": 0, "e": "x", "x": -1, "r": ""}, {"sync": 5},
+                                  {"state": "abcd1234", "p": 0, "e": "x", "x": 2, "r": 7}, {"probe": "too long an epoch"}])
+def test_a_malformed_custody_message_is_counted_and_dropped(tmp_path, body):
+    from mccs.core.effects import Effects
+    from mccs.core.lists import MSGBLOK
+    net = _chain(tmp_path)
+    cc = net["CC"].kernel
+    blk = MSGBLOK(cc.seqs.take(), "CCMCCS", "AAMCCS", 9, 0, json.dumps(body).encode(), 0.0, flags=NOTICE)
+    cc.control.arrived(Effects(), blk, 0.0)
+    assert cc.counters["bad_daemon_messages"] == 1 and not cc.pairs.into.pairs.get(("AA", 0))
