@@ -21,6 +21,7 @@ import itertools
 import random
 from pathlib import Path
 
+from checkpoint.changes import Stored
 from checkpoint.store import RESTORED, Checkpoint
 from mccs.core import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
@@ -55,7 +56,7 @@ class SimHost:
         self._conns = itertools.count(1)
 
     def _core(self) -> Kernel:
-        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob, random_bytes=self.random.randbytes)
+        return Kernel(self.cfg, self.cp.restore(), random_bytes=self.random.randbytes)
 
     def open_ports(self) -> None:
         for peer in self.kernel.lines.lcbs:
@@ -88,6 +89,9 @@ class SimHost:
         if stored is not None:
             body["msg"]["data"] = _b64(self.cp.read_blob(stored, 0, stored.size))
         self.inbox.setdefault(reply.conn, []).append(body)
+
+    def pieces_read(self, pieces: list[tuple[Stored, int, bytes]]) -> None:
+        self.kernel.pieces_read(pieces)
 
     def write_line(self, peer: str, data: bytes) -> None:
         self.net.write(self.id, peer, data)

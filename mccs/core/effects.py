@@ -66,6 +66,8 @@ class Effects:
     replies: list[Reply] = field(default_factory=list)
     writes: list[LineWrite] = field(default_factory=list)
     starts: list[StartProgram] = field(default_factory=list)  # after the replies: the message waits, committed
+    reads: list[tuple[Stored, int, int]] = field(default_factory=list)  # pieces of large texts to read, for
+    #                                       the next pass (mccs.core.segments.Blobs): (text, offset, bytes)
     deadline: float | None = None  # run the next pass by this monotonic time
 
     def change(self, *changes: Change) -> None:

@@ -56,10 +56,9 @@ CONFIRM_WAIT = 1.0
 class Kernel:
     def __init__(self, cfg: HostConfig, state: Restored,
                  new_machine: Callable[[LineConfig], LineMachine] | None = None,
-                 read_blob: Callable[[Stored, int, int], bytes] | None = None,
                  random_bytes: Callable[[int], bytes] | None = None):
-        """`read_blob(stored, offset, n)` reads a piece of a large message from the checkpoint;
-        `random_bytes(n)` is the line machines' random source (the shell's; None: secrets)."""
+        """`random_bytes(n)` is the line machines' random source (the shell's; None: secrets). The
+        pieces of large messages the lines need come in through `pieces_read` (Effects.reads)."""
         self.cfg = cfg
         self.host = cfg.id
         self.epoch = state.epoch
@@ -70,7 +69,7 @@ class Kernel:
                        RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
                                     cfg.routing == "auto", state.known_hosts,
                                     {lc.peer for lc in cfg.lines if lc.protocol == "bsc"}),
-                       Blobs(read_blob))
+                       Blobs())
         self.counters, self.lists, self.seqs, self.ids = hs.counters, hs.lists, hs.seqs, hs.ids
         self.pairs, self.routes, self.blobs = hs.pairs, hs.routes, hs.blobs
         self.dups = KeyWindow(Table.DUP_WINDOW, state.dup_keys)
@@ -212,6 +211,11 @@ class Kernel:
     def line_wanted(self, peer: str, now: float) -> int:
         """Bytes the line needs before anything can happen on it (see Lines.wanted)."""
         return self.lines.wanted(peer, now)
+
+    def pieces_read(self, pieces: list[tuple[Stored, int, bytes]]) -> None:
+        """Pieces of large texts the driver read from the checkpoint, as the last pass asked (Effects.reads)."""
+        for where, offset, data in pieces:
+            self.blobs.arrived(where, offset, data)
 
     def program_exited(self, pid: str, code: int, now: float) -> None:
         """A program the shell started for process `pid` (Effects.starts) has ended."""
@@ -408,6 +412,9 @@ class Kernel:
         lease = self.control.next_lease_end(wall)
         fx.wake_at(None if lease is None else now + lease)
         if self.blobs.pending:  # a large message stored in this pass waits for the next one to go on
+            fx.wake_at(now)
+        if self.blobs.wanted:  # pieces to read for the lines: the driver reads them, the next pass sends them
+            fx.reads, self.blobs.wanted = list(self.blobs.wanted.values()), {}
             fx.wake_at(now)
         return fx
 

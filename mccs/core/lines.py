@@ -599,7 +599,10 @@ class Lines:
                 log.info("%s: message %s/%d goes on by %s, not %s which holds %d bytes of it: from its start",
                          self.host, blk.origin, blk.msg_id, lcb.peer, blk.acked_by, blk.acked)
                 self._from_the_start(blk, fx)
-            text, end = self._segment(lcb, blk)
+            segment = self._segment(lcb, blk)
+            if segment is None:  # its next piece is read from the checkpoint after this pass
+                return False
+            text, end = segment
         if isinstance(text, Stored):
             return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS)")
         if lcb.routed:
@@ -690,12 +693,15 @@ class Lines:
         """Does the block go in segments on this line now (it does not fit the frame size in use)?"""
         return isinstance(blk.data, Stored) or blk.size + segments.SIZE + envelope.SIZE > lcb.machine.segment_size()
 
-    def _segment(self, lcb: LineControlBlock, blk: MSGBLOK) -> tuple[bytes, int]:
-        """The block's next segment (its text with the trailer), and where it ends."""
+    def _segment(self, lcb: LineControlBlock, blk: MSGBLOK) -> tuple[bytes, int] | None:
+        """The block's next segment (its text with the trailer), and where it ends; None until its
+        piece is read (mccs.core.segments.Blobs)."""
         if not blk.crc:  # a text held in memory: its CRC-32 is made when it first goes in segments
             blk.crc = segments.crc_of(blk.data)
         room = max(1, lcb.machine.segment_size() - segments.SIZE - envelope.SIZE)
         piece = self.blobs.piece(blk.data, blk.next_off, room)
+        if piece is None:
+            return None
         return segments.wrap(piece, blk.size, blk.next_off, blk.crc), blk.next_off + len(piece)
 
     def _hold(self, lcb: LineControlBlock, blk: MSGBLOK, why: str) -> bool:

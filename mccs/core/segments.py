@@ -198,15 +198,27 @@ class Reassembly:
 
 
 class Blobs:
-    """Reads pieces of Stored texts for the Message-Sender: from the checkpoint (`read`, the
-    shell's), or for a text a process sent in this very pass (not committed yet) from memory. A
-    text completed in this pass (its last segment is written with this pass's commit) can be
-    read only from the next pass on: `ready()` says so, and `pending` asks for that pass."""
+    """Pieces of Stored texts for the Message-Sender. The core does not read the checkpoint: a
+    piece it needs and does not have is `wanted`, the driver reads it after the pass and hands it
+    in (`arrived`), and the next pass sends it; the piece after the one sent is wanted ahead, so
+    a transfer waits for the disk only at its first piece. A text a process sent in this very pass
+    (not committed yet) is read from memory. A text completed in this pass (its last segment is
+    written with this pass's commit) can be read only from the next pass on: `ready()` says so,
+    and `pending` asks for that pass."""
 
-    def __init__(self, read: Callable[[Stored, int, int], bytes] | None):
-        self._read = read
+    KEEP = 64  # pieces held at most (read ahead for the lines, each at most a segment)
+
+    def __init__(self) -> None:
         self._fresh: dict[int, bytes] = {}
         self._later: set[int] = set()
+        self._pieces: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # (text, offset) -> bytes, as read
+        self.wanted: dict[tuple[int, int], tuple[Stored, int, int]] = {}  # for the driver to read: (text, offset, n)
+
+    def arrived(self, where: Stored, offset: int, data: bytes) -> None:
+        """A piece the driver read from the checkpoint."""
+        self._pieces[where.rowid, offset] = data
+        while len(self._pieces) > self.KEEP:
+            self._pieces.popitem(last=False)
 
     def add(self, where: Stored, data: bytes) -> None:
         self._fresh[where.rowid] = data
@@ -226,15 +238,20 @@ class Blobs:
         self._fresh.clear()
         self._later.clear()
 
-    def piece(self, data: bytes | Stored, offset: int, n: int) -> bytes:
+    def piece(self, data: bytes | Stored, offset: int, n: int) -> bytes | None:
+        """Bytes offset..offset+n of a text (fewer at its end); None if they must be read first."""
         if not isinstance(data, Stored):
             return data[offset:offset + n]
         fresh = self._fresh.get(data.rowid)
         if fresh is not None:
             return fresh[offset:offset + n]
-        if self._read is None:
-            raise RuntimeError("a stored text, and no checkpoint to read it from")
-        return self._read(data, offset, n)
+        got = self._pieces.pop((data.rowid, offset), None)
+        if got is None or len(got) < min(n, data.size - offset):
+            self.wanted[data.rowid, offset] = (data, offset, n)
+            return None
+        if offset + n < data.size and (data.rowid, offset + n) not in self._pieces:  # the next one, read ahead
+            self.wanted.setdefault((data.rowid, offset + n), (data, offset + n, n))
+        return got[:n]
 
 
 @dataclass(frozen=True)

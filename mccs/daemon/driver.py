@@ -8,12 +8,14 @@ changes are committed first, in one transaction; then its trace events are writt
 then the replies go to the processes (typed values, mccs.core.replies: the shell frames each
 one's `wire()`, a large text read from the checkpoint as it is sent), the bytes to the lines
 (acknowledgements among them), and the programs are started. If the commit fails, nothing after
-it is done: nothing that depends on a change leaves before the change is durable.
+it is done: nothing that depends on a change leaves before the change is durable. The pieces of
+large texts the pass asked for are read right after the commit and handed to the core.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
+from checkpoint.changes import Stored
 from checkpoint.store import Checkpoint
 
 from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
@@ -28,12 +30,15 @@ class Shell(Protocol):
     def send_reply(self, reply: Reply) -> None: ...
     def write_line(self, peer: str, data: bytes) -> None: ...
     def start_program(self, start: StartProgram) -> None: ...
+    def pieces_read(self, pieces: list[tuple[Stored, int, bytes]]) -> None: ...
 
 
 def perform(fx: Effects, cp: Checkpoint, shell: Shell) -> None:
     """A pass's effects, in the durability order. What the commit raises is raised before
     anything else is done (the caller rolls the pass back)."""
     cp.apply(fx.changes)
+    if fx.reads:  # pieces of large texts for the next pass: the core reads no file itself
+        shell.pieces_read([(where, offset, cp.read_blob(where, offset, n)) for where, offset, n in fx.reads])
     for ev in fx.traces:
         shell.emit_trace(ev)
     shell.flush_traces()  # before the replies and acknowledgements that depend on these events

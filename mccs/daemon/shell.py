@@ -99,7 +99,7 @@ class Daemon:
                  lists["send"], lists["recv"], lists["wait"], self.kernel.ids.next_id)
 
     def _core(self) -> Kernel:
-        return Kernel(self.cfg, self.cp.restore(), read_blob=self.cp.read_blob, random_bytes=secrets.token_bytes)
+        return Kernel(self.cfg, self.cp.restore(), random_bytes=secrets.token_bytes)
 
     def run(self) -> int:
         """Initialization, then the loop until SIGTERM or SIGINT."""
@@ -299,6 +299,9 @@ class Daemon:
 
     def flush_traces(self) -> None:
         self.trace.flush()
+
+    def pieces_read(self, pieces: list[tuple[Stored, int, bytes]]) -> None:
+        self.kernel.pieces_read(pieces)
 
     def send_reply(self, reply: Reply) -> None:
         """A reply, framed as its wire(); a large message's text is read from the checkpoint as it is written."""

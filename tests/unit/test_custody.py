@@ -175,7 +175,8 @@ def test_an_origin_restored_from_a_backup_holds_nothing_for_good(tmp_path):
                                   {"probe": "abcd1234", "p": 0, "e": "", "f": 5, "n": 2, "k": ""},
                                   {"probe": "abcd1234", "p": 0, "e": "", "f": 1, "n": 9, "k": "3-1"},
                                   {"state": "abcd1234", "p": 0, "e": "x", "x": -1, "r": ""}, {"sync": 5},
-                                  {"state": "abcd1234", "p": 0, "e": "x", "x": 2, "r": 7}, {"probe": "too long an epoch"}])
+                                  {"state": "abcd1234", "p": 0, "e": "x", "x": 2, "r": 7},
+                                  {"probe": "too long an epoch"}])
 def test_a_malformed_custody_message_is_counted_and_dropped(tmp_path, body):
     from mccs.core.effects import Effects
     from mccs.core.lists import MSGBLOK

@@ -391,3 +391,19 @@ def test_a_version_8_partial_moves_into_pieces_and_its_transfer_goes_on(tmp_path
     cp.apply([ch.delete_block(ch.Table.RECV_LIST, 99)])  # the trigger takes the pieces with the row
     assert cp.conn.execute("SELECT count(*) FROM text_pieces").fetchone()[0] == 0
     cp.close()
+
+
+def test_the_core_asks_for_the_pieces_of_a_stored_text_and_reads_the_next_one_ahead():
+    text = ch.Stored(7, 250, 0)
+    blobs = segments.Blobs()
+    assert blobs.piece(text, 0, 100) is None and list(blobs.wanted.values()) == [(text, 0, 100)]  # read it first
+    blobs.wanted.clear()
+    blobs.arrived(text, 0, b"a" * 100)
+    assert blobs.piece(text, 0, 100) == b"a" * 100
+    assert list(blobs.wanted.values()) == [(text, 100, 100)]  # the next piece, ahead of its turn
+    blobs.wanted.clear()
+    blobs.arrived(text, 100, b"b" * 100)
+    blobs.arrived(text, 200, b"c" * 50)
+    assert blobs.piece(text, 100, 100) == b"b" * 100 and not blobs.wanted  # (the one after it is here already)
+    assert blobs.piece(text, 200, 100) == b"c" * 50 and not blobs.wanted  # the last: shorter, nothing after it
+    assert blobs.piece(b"held in memory", 5, 2) == b"in"
