@@ -200,13 +200,14 @@ class Reassembly:
 class Blobs:
     """Pieces of Stored texts for the Message-Sender. The core does not read the checkpoint: a
     piece it needs and does not have is `wanted`, the driver reads it after the pass and hands it
-    in (`arrived`), and the next pass sends it; the piece after the one sent is wanted ahead, so
-    a transfer waits for the disk only at its first piece. A text a process sent in this very pass
+    in (`arrived`), and the next pass sends it; the pieces after the one sent are wanted ahead,
+    so a transfer waits for the disk only at its first piece. A text a process sent in this very pass
     (not committed yet) is read from memory. A text completed in this pass (its last segment is
     written with this pass's commit) can be read only from the next pass on: `ready()` says so,
     and `pending` asks for that pass."""
 
     KEEP = 64  # pieces held at most (read ahead for the lines, each at most a segment)
+    AHEAD = 4  # pieces read ahead of the one sent: a line's window of segments is handed in one pass
 
     def __init__(self) -> None:
         self._fresh: dict[int, bytes] = {}
@@ -249,8 +250,9 @@ class Blobs:
         if got is None or len(got) < min(n, data.size - offset):
             self.wanted[data.rowid, offset] = (data, offset, n)
             return None
-        if offset + n < data.size and (data.rowid, offset + n) not in self._pieces:  # the next one, read ahead
-            self.wanted.setdefault((data.rowid, offset + n), (data, offset + n, n))
+        for ahead in range(offset + n, min(data.size, offset + (self.AHEAD + 1) * n), n):  # the next ones
+            if (data.rowid, ahead) not in self._pieces:
+                self.wanted.setdefault((data.rowid, ahead), (data, ahead, n))
         return got[:n]
 
 

@@ -400,10 +400,10 @@ def test_the_core_asks_for_the_pieces_of_a_stored_text_and_reads_the_next_one_ah
     blobs.wanted.clear()
     blobs.arrived(text, 0, b"a" * 100)
     assert blobs.piece(text, 0, 100) == b"a" * 100
-    assert list(blobs.wanted.values()) == [(text, 100, 100)]  # the next piece, ahead of its turn
+    assert list(blobs.wanted.values()) == [(text, 100, 100), (text, 200, 100)]  # the next ones, ahead of their turn
     blobs.wanted.clear()
     blobs.arrived(text, 100, b"b" * 100)
     blobs.arrived(text, 200, b"c" * 50)
-    assert blobs.piece(text, 100, 100) == b"b" * 100 and not blobs.wanted  # (the one after it is here already)
+    assert blobs.piece(text, 100, 100) == b"b" * 100 and not blobs.wanted  # (those after it are here already)
     assert blobs.piece(text, 200, 100) == b"c" * 50 and not blobs.wanted  # the last: shorter, nothing after it
     assert blobs.piece(b"held in memory", 5, 2) == b"in"
