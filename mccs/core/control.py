@@ -29,7 +29,7 @@ from mccs.core.custody import Custody
 from mccs.core.effects import Effects
 from mccs.core.envelope import PRIORITY_MAX
 from mccs.core.lists import MSGBLOK
-from mccs.core.notices import NAME, Notices
+from mccs.core.notices import NAME, Notices, fields
 from mccs.core.replies import Failed, NoAnswer, PingAnswer
 from mccs.core.requests import Code
 from mccs.core.sessions import Sessions
@@ -97,6 +97,7 @@ class Control:
     def arrived(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:
         """A message for this daemon, off RECV_LIST (it was stored with its arrival), acted on."""
         fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
+        fx.trace("msg", "delivered", **fields(blk))  # (taken by its process: this daemon)
         if blk.pseq:  # taken: its origin's custody copy may go (mccs.core.custody)
             self.lists.recv.left.add(blk.stream)
         origin = blk.origin

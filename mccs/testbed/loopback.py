@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import cast
 
 from linedrivers.ids import host_of
+from mccs.core.custody import STATE_EVERY
 from mccs.daemon.service import stop_on_sigterm
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.vserial import Lines
@@ -116,6 +117,7 @@ class Network:
         self.daemons: dict[str, DaemonProcess] = {}
         self.procs: list[subprocess.Popen] = []
         self.lists_asked = float("-inf")  # when settled() last asked the daemons for their lists
+        self.empty_since: float | None = None  # since when settled() found them all empty
 
     def _protocol(self, i: int) -> str:
         if self.opts.protocol == "mixed":
@@ -151,16 +153,21 @@ class Network:
 
     def settled(self, sent: dict, got: dict, f: Fates | None, now: float) -> bool:
         """Is every message sent where it ends? Delivered; with notices (`f`), delivered or
-        returned, with its receipt if asked, and no message left on any host's SEND or RECV list
-        (asked at most every 0.5 s, once the rest holds; WAIT_LIST holds the traffic processes'
-        RECVs until they stop)."""
-        if f is None:
-            return all(got.get(k) for k in sent)
-        if not f.settled(sent, got, self.opts.receipts) or now < self.lists_asked + 0.5:
+        returned, with its receipt if asked; and no message left on any host's SEND or RECV list,
+        the daemons' own (custody's states) included, so that the traces end with every message
+        received (asked at most every 0.5 s, once the rest holds; WAIT_LIST holds the traffic
+        processes' RECVs until they stop)."""
+        done = all(got.get(k) for k in sent) if f is None else f.settled(sent, got, self.opts.receipts)
+        if not done or now < self.lists_asked + 0.5:
             return False
         self.lists_asked = now
         lists = [_status(d).get("lists", {"send": "?"}) for d in self.daemons.values()]
-        return not any(x.get("send") or x.get("recv") for x in lists)
+        if any(x.get("send") or x.get("recv") for x in lists):
+            self.empty_since = None
+            return False
+        if self.empty_since is None:
+            self.empty_since = now
+        return now >= self.empty_since + STATE_EVERY + 0.5  # (a state owed for the last messages taken is made)
 
     def configs(self) -> None:
         for host in self.hosts:

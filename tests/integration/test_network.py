@@ -46,7 +46,9 @@ def test_two_hosts_every_rule_across_the_line(daemon_pair, protocol):
             back.send("AAS1", b"reply", user_id=99)
         reply = s1.recv(timeout=20)
         assert (reply.from_id, reply.data, reply.user_id) == ("BBB   ", b"reply", 99)
-        status = s1.status()
+        deadline = time.monotonic() + 10  # (the daemons' own messages, custody's states, may be on their way)
+        while (status := s1.status())["lists"]["send"] and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert status["lines"][0]["state"] == "UP" and status["lists"]["send"] == 0
 
 
