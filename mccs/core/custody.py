@@ -261,7 +261,7 @@ class Custody:
         self.dirty.update(self.lists.recv.left)
         self.lists.recv.left.clear()
         due = None
-        for stream in list(self.dirty):
+        for stream in sorted(self.dirty):  # (in order: a run is the same whatever the hash seed)
             pair = self.pairs.into.pairs.get(stream)
             if (pair is None or pair.syncing or stream[0] == self.host
                     or not pair.custody and (stream in self.offered or self.routes.next_hop(stream[0]) is None)):
@@ -320,7 +320,7 @@ class Custody:
         self.expire(fx, wall)
         states = self.states(fx, wall)
         due = states if due is None else due if states is None else min(due, states)
-        for stream in self.pairs.out.kept.keys() - self.probed:
+        for stream in sorted(self.pairs.out.kept.keys() - self.probed):
             self.probed.add(stream)
             self.probe_at.setdefault(stream, (0.0, PROBE_FIRST))
         for stream, (at, wait) in list(self.probe_at.items()):
