@@ -692,7 +692,7 @@ class Lines:
 
     def _segment(self, lcb: LineControlBlock, blk: MSGBLOK) -> tuple[bytes, int]:
         """The block's next segment (its text with the trailer), and where it ends."""
-        if not blk.crc:  # a text held in memory: its CRC-32 is made when it first goes in segments
+        if not blk.crc and not isinstance(blk.data, Stored):  # in memory: CRC-32 made as it first goes in segments
             blk.crc = segments.crc_of(blk.data)
         room = max(1, lcb.machine.segment_size() - segments.SIZE - envelope.SIZE)
         piece = self.blobs.piece(blk.data, blk.next_off, room)
