@@ -190,7 +190,7 @@ def _data(req: dict) -> bytes:
     if "bin" in req:  # sent as it is after the request (ipc.Deframer)
         if not isinstance(req["bin"], (bytes, bytearray)) or "data" in req:
             raise RequestError(Code.BAD_REQUEST, "bin must be the size of the data that follows, and no data field")
-        return req["bin"]
+        return bytes(req["bin"])  # ipc.Deframer fills a bytearray; the core holds a text as bytes
     if isinstance(req.get("data"), bytes):  # MessagePack: as it is
         return req["data"]
     try:
