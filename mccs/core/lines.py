@@ -22,7 +22,7 @@ import collections
 import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeGuard
 
 from checkpoint import changes as ch
 from checkpoint.changes import Stored, Table
@@ -73,7 +73,7 @@ FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, st
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
 
-def _damaged(ev) -> bool:
+def _damaged(ev: object) -> TypeGuard[FrameTraced]:
     """A received frame that failed its check: noise, mostly, which can come as thousands a second."""
     return isinstance(ev, FrameTraced) and ev.dir == "rx" and not ev.ok
 

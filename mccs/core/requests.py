@@ -11,7 +11,7 @@ import binascii
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from linedrivers.ids import IdError, check_host_id, process_id, process_name
 
@@ -356,8 +356,9 @@ def _confirm(req: dict) -> Confirm:
     return Confirm(_field(req, "rid", int, required=True))
 
 
-_PARSERS = {"hello": lambda req: Hello(_name(req), _field(req, "observe", bool, False)),
-            "observe": lambda req: Observe(_name(req)), "send": _send, "send_many": _send_many, "recv": _recv,
-            "confirm": _confirm,
-            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "codec": _codec, "ping": _ping,
-            "queue": _queue}
+_PARSERS: dict[str, Callable[[dict], Request]] = {
+    "hello": lambda req: Hello(_name(req), _field(req, "observe", bool, False)),
+    "observe": lambda req: Observe(_name(req)), "send": _send, "send_many": _send_many, "recv": _recv,
+    "confirm": _confirm,
+    "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "codec": _codec, "ping": _ping,
+    "queue": _queue}
