@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from .changes import (CUSTODY, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Restored, Row,
                       Stored, Table)
@@ -154,41 +154,41 @@ class Checkpoint:
         db = _database(conn)
         with conn:
             conn.execute("BEGIN")
-            db[Table.META].create({"key": str, "value": str}, pk="key")
-            db[Table.SEND_LIST].create(MSGBLOK_SCHEMA, pk="seq")
-            db[Table.RECV_LIST].create(MSGBLOK_SCHEMA, pk="seq")
-            db[Table.WAIT_LIST].create(WAITING_SCHEMA, pk="req")
-            db[Table.SEND_DONE].create({"req": str, "seq": int, "msg_id": int, "to_id": str}, pk="req")
-            db[Table.SEND_DONE].create_index(["seq"])
-            db[Table.DUP_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
-            db[Table.SENT_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+            db.table(Table.META).create({"key": str, "value": str}, pk="key")
+            db.table(Table.SEND_LIST).create(MSGBLOK_SCHEMA, pk="seq")
+            db.table(Table.RECV_LIST).create(MSGBLOK_SCHEMA, pk="seq")
+            db.table(Table.WAIT_LIST).create(WAITING_SCHEMA, pk="req")
+            db.table(Table.SEND_DONE).create({"req": str, "seq": int, "msg_id": int, "to_id": str}, pk="req")
+            db.table(Table.SEND_DONE).create_index(["seq"])
+            db.table(Table.DUP_WINDOW).create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+            db.table(Table.SENT_WINDOW).create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
             self._create_routing_tables(db)
             self._create_segment_tables(db)
-            db[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
+            db.table(Table.PEER_EPOCH).create({"host": str, "epoch": str}, pk="host")
             self._create_custody_tables(db)
-            db[Table.META].insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
-                                       {"key": "host_id", "value": self.host_id},
-                                       {"key": "next_msg_id", "value": "1"},
-                                       {"key": "next_seq", "value": "1"},
-                                       {"key": "epoch", "value": secrets.token_hex(4)}])
+            db.table(Table.META).insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                                             {"key": "host_id", "value": self.host_id},
+                                             {"key": "next_msg_id", "value": "1"},
+                                             {"key": "next_seq", "value": "1"},
+                                             {"key": "epoch", "value": secrets.token_hex(4)}])
 
     @staticmethod
     def _create_routing_tables(db: sqlite_utils.Database) -> None:
-        db[Table.KNOWN_HOSTS].create({"host": str}, pk="host")
+        db.table(Table.KNOWN_HOSTS).create({"host": str}, pk="host")
         Checkpoint._create_routing_pairs(db)
 
     @staticmethod
     def _create_routing_pairs(db: sqlite_utils.Database) -> None:
-        db[Table.PAIR_OUT].create(PAIR_OUT_SCHEMA, pk=("dest", "priority"))
-        db[Table.PAIR_IN].create(PAIR_IN_SCHEMA, pk=("origin", "priority"))
+        db.table(Table.PAIR_OUT).create(PAIR_OUT_SCHEMA, pk=("dest", "priority"))
+        db.table(Table.PAIR_IN).create(PAIR_IN_SCHEMA, pk=("origin", "priority"))
 
     @staticmethod
     def _create_segment_tables(db: sqlite_utils.Database) -> None:
-        db[Table.PARTIALS].create(PARTIALS_SCHEMA, pk="id", not_null={"peer"}, defaults={"peer": ""})
-        db[Table.TEXTS].create({"id": int, "data": bytes}, pk="id")
-        db[Table.SEND_ACKED].create({"seq": int, "acked": int, "peer": str}, pk="seq", not_null={"peer"},
-                                    defaults={"peer": ""})
-        db[Table.SEG_DONE].create(SEG_DONE_SCHEMA, pk=("origin", "msg_id"))
+        db.table(Table.PARTIALS).create(PARTIALS_SCHEMA, pk="id", not_null={"peer"}, defaults={"peer": ""})
+        db.table(Table.TEXTS).create({"id": int, "data": bytes}, pk="id")
+        db.table(Table.SEND_ACKED).create({"seq": int, "acked": int, "peer": str}, pk="seq", not_null={"peer"},
+                                          defaults={"peer": ""})
+        db.table(Table.SEG_DONE).create(SEG_DONE_SCHEMA, pk=("origin", "msg_id"))
         Checkpoint._create_piece_tables(db)
 
     @staticmethod
@@ -200,7 +200,7 @@ class Checkpoint:
                        "off INTEGER NOT NULL, data BLOB NOT NULL)")
             db.execute(f"CREATE UNIQUE INDEX {Table.PIECES}_text_off ON {Table.PIECES} (text, off)")
         if Table.FORGETS not in db.table_names():
-            db[Table.FORGETS].create(FORGETS_SCHEMA, pk=("peer", "from_id", "msg_id"))
+            db.table(Table.FORGETS).create(FORGETS_SCHEMA, pk=("peer", "from_id", "msg_id"))
         for table in (Table.SEND_LIST, Table.RECV_LIST):  # a row's long text goes with it
             drop = f"DELETE FROM {Table.TEXTS} WHERE id = old.text; DELETE FROM {Table.PIECES} WHERE text = old.text;"
             for trigger, when in (("deleted", f"AFTER DELETE ON {table} WHEN old.text != 0"),
@@ -216,7 +216,7 @@ class Checkpoint:
         for table, schema, key in ((Table.CUSTODY_OUT, CUSTODY_OUT_SCHEMA, "dest"),
                                    (Table.CUSTODY_IN, CUSTODY_IN_SCHEMA, "origin")):
             if table not in db.table_names():
-                db[table].create(schema, pk=(key, "priority"))
+                db.table(table).create(schema, pk=(key, "priority"))
 
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
@@ -241,7 +241,7 @@ class Checkpoint:
         with conn:
             conn.execute("BEGIN")
             conn.execute(f"ALTER TABLE {Table.DUP_WINDOW} RENAME COLUMN origin TO host")
-            db[Table.SENT_WINDOW].create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+            db.table(Table.SENT_WINDOW).create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
             conn.execute(f"INSERT OR REPLACE INTO {Table.SENT_WINDOW} (host, msg_id, seq) SELECT substr(to_id, 1, 2), "
                          f"msg_id, seq FROM {Table.SEND_DONE} WHERE substr(to_id, 1, 2) != ? ORDER BY seq",
                          (self.host_id,))
@@ -289,7 +289,7 @@ class Checkpoint:
         checkpoint was started afresh, and what this host remembers of it is forgotten."""
         with conn:
             conn.execute("BEGIN")
-            _database(conn)[Table.PEER_EPOCH].create({"host": str, "epoch": str}, pk="host")
+            _database(conn).table(Table.PEER_EPOCH).create({"host": str, "epoch": str}, pk="host")
             conn.execute(f"UPDATE {Table.META} SET value = '6' WHERE key = 'schema_version'")
 
     def _migrate_from_6(self, conn: sqlite3.Connection) -> None:
@@ -603,12 +603,25 @@ COUNTED = (Table.SEND_LIST, Table.RECV_LIST, Table.WAIT_LIST, Table.DUP_WINDOW, 
            Table.KNOWN_HOSTS, Table.PARTIALS, Table.FORGETS, Table.PEER_EPOCH)
 
 
-def check(path: str | os.PathLike, quick: bool = False) -> dict:
+class CheckReport(TypedDict):
+    """What check() finds (`mccs checkpoint check --json` prints it); the file's identity and
+    counts only if it is a usable SQLite database."""
+    path: str
+    check: str  # the pragma: integrity_check or quick_check
+    problems: list[str]  # empty when the file is fine
+    host: NotRequired[str | None]
+    epoch: NotRequired[str | None]
+    schema_version: NotRequired[str | None]
+    next_msg_id: NotRequired[str | None]
+    counts: NotRequired[dict[str, int]]  # rows per table
+
+
+def check(path: str | os.PathLike, quick: bool = False) -> CheckReport:
     """SQLite's integrity check (or quick_check), the checkpoint's identity and its tables' row
     counts, read-only (a daemon may be running). `problems` is empty when the file is fine."""
     with _read_only(path) as conn:
         pragma = "quick_check" if quick else "integrity_check"
-        report = {"path": str(path), "check": pragma, "problems": []}
+        report: CheckReport = {"path": str(path), "check": pragma, "problems": []}
         try:
             result = [r[0] for r in conn.execute(f"PRAGMA {pragma}").fetchall()]
             meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
@@ -617,15 +630,16 @@ def check(path: str | os.PathLike, quick: bool = False) -> dict:
             return report
         if result != ["ok"]:
             report["problems"] += [f"integrity: {r}" for r in result[:10]]
-        report.update(host=meta.get("host_id"), epoch=meta.get("epoch"), schema_version=meta.get("schema_version"),
-                      next_msg_id=meta.get("next_msg_id"), counts={})
-        if report["schema_version"] not in [str(v) for v in range(1, SCHEMA_VERSION + 1)]:
-            report["problems"].append(f"schema version {report['schema_version']!r}: this MCCS reads 1 to "
-                                      f"{SCHEMA_VERSION}")
+        version = meta.get("schema_version")
+        counts: dict[str, int] = {}
+        report.update({"host": meta.get("host_id"), "epoch": meta.get("epoch"), "schema_version": version,
+                       "next_msg_id": meta.get("next_msg_id"), "counts": counts})
+        if version not in [str(v) for v in range(1, SCHEMA_VERSION + 1)]:
+            report["problems"].append(f"schema version {version!r}: this MCCS reads 1 to {SCHEMA_VERSION}")
         tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         for table in COUNTED:
             if table in tables:  # an older schema lacks the newer tables (the daemon adds them)
-                report["counts"][str(table)] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                counts[str(table)] = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         return report
 
 
@@ -635,7 +649,9 @@ def _database(conn: sqlite3.Connection) -> sqlite_utils.Database:
     imports numpy and pandas if it can, only to know their number types, which a checkpoint never
     holds: hidden from it while it loads (a new daemon's 49 MB were 30 without numpy)."""
     hidden = [name for name in ("numpy", "pandas") if name not in sys.modules]
-    sys.modules.update(dict.fromkeys(hidden))  # None in sys.modules: `import numpy` fails there
+    # None in sys.modules: `import numpy` fails there (documented by the import system; typeshed's
+    # dict[str, ModuleType] has no room for it)
+    sys.modules.update(dict.fromkeys(hidden))  # type: ignore[arg-type]
     try:
         import sqlite_utils
     finally:

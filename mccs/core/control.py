@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 
 from checkpoint import changes as ch
-from checkpoint.changes import Table
+from checkpoint.changes import Stored, Table
 
 from mccs.core import custody
 from mccs.core.custody import Custody
@@ -102,6 +102,8 @@ class Control:
             self.lists.recv.left.add(blk.stream)
         origin = blk.origin
         try:
+            if isinstance(blk.data, Stored):  # a daemon message is short: a large text is none
+                raise ValueError(f"a text of {blk.data.size} bytes, kept in the checkpoint only")
             body = json.loads(bytes(blk.data))
             kind = next(k for k in ("ping", "pong", "hold", "release", *custody.KINDS) if k in body)
             name = body[kind]
@@ -140,7 +142,9 @@ class Control:
     def over_quota(self, to_id: str) -> bool:
         """Does the process name have its `max_waiting` messages on RECV_LIST?"""
         cap = self.quotas.get(to_id)
-        box = self.lists.recv.boxes.get(to_id) if cap else None
+        if not cap:
+            return False
+        box = self.lists.recv.boxes.get(to_id)
         return box is not None and len(box) >= cap
 
     def arrival(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:

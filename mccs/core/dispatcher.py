@@ -153,8 +153,11 @@ class ProcessDispatcher:
         for prq in wait.recvs.get(key, ()):
             if prq.done:
                 continue
+            assert prq.conn is not None  # a RECV dies with its connection (WaitList.drop_recvs)
             session = self.sessions.by_conn[prq.conn]
-            blk = recv.match(session.name, prq.from_id, prq.user_id, prq.reply_to) \
+            name = session.name
+            assert name is not None  # RECV is NAMED: refused before hello (Kernel.request)
+            blk = recv.match(name, prq.from_id, prq.user_id, prq.reply_to) \
                 if session.handler or prq.reply_to else None
             copy = self._copy(session, prq, recv)
             if copy is not None and (blk is None or copy.seq < blk.seq):
@@ -163,7 +166,7 @@ class ProcessDispatcher:
             elif blk is not None:
                 msgs = [self._hand(blk, session, prq, wall)]
                 while len(msgs) < prq.most and not isinstance(blk.data, Stored) and not session.copies:
-                    blk = recv.match(session.name, "", 0, 0)
+                    blk = recv.match(name, "", 0, 0)
                     if blk is None or isinstance(blk.data, Stored):  # a large text goes alone, read as written
                         break
                     msgs.append(self._hand(blk, session, prq, wall))
@@ -173,7 +176,7 @@ class ProcessDispatcher:
         wait.prune(key)
 
     def _hand(self, blk: MSGBLOK, session: Session, prq: PRQBLOK, wall: float) -> Message:
-        self.lists.recv.hand(blk, prq.conn)
+        self.lists.recv.hand(blk, session.conn)  # (the RECV's connection)
         session.handed[blk.seq] = blk
         return message(blk, wall)
 

@@ -135,6 +135,7 @@ class Kernel:
         for blk in session.handed.values():
             self.lists.recv.give_back(blk)
         if session.handed:
+            assert session.name is not None  # it was handed messages: RECV is NAMED (request)
             self.lists.recv.boxes[session.name].restore_order()
             self.lists.wait.dirty.add(session.name)
         for queue in (self.lists.wait.remote_sends, self.lists.wait.local_sends, self.lists.wait.batches):
@@ -188,7 +189,7 @@ class Kernel:
         before its reply as ever. Not if a pass must act on what the confirms freed: room on
         RECV_LIST for a line told busy or a waiting SEND, a quota's hold to lift, a receipt."""
         lists = self.lists
-        box = lists.recv.boxes.get(session.name)
+        box = lists.recv.boxes.get(session.name) if session.name is not None else None  # (a RECV refused: no hello)
         return (req.wait and not self._fx.replies and not self._taken and not session.copies
                 and (box is None or not (box.ready or box.replies))
                 and len(lists.recv) + len(req.confirm) < self.cfg.buffers and not self.disk_full
@@ -284,6 +285,7 @@ class Kernel:
         if not self._new_send(session, rid, req.req):
             return
         key = req.req or f"{session.conn}.{rid}.{self.seqs.next}"
+        assert session.name is not None  # NAMED: refused before hello (request)
         batch = PRQBLOK(Op.SEND, session.conn, rid, session.name, "", req=key,
                         batch=[self._prqblok(session, None, send, f"{key}/{i}") for i, send in enumerate(req.sends)])
         self.lists.wait.add_batch(batch)
@@ -312,6 +314,7 @@ class Kernel:
         return True
 
     def _prqblok(self, session: Session, rid: object, req: Send, key: str) -> PRQBLOK:
+        assert session.name is not None  # send and send_many are NAMED: refused before hello (request)
         return PRQBLOK(Op.SEND, session.conn if rid is not None else None, rid, session.name, req.to_id, req.user_id,
                        req.data, req=key, ttl=req.ttl or 0.0, priority=req.priority,
                        flags=(RECEIPT if req.receipt else 0) | (REPLY if req.reply else 0) | (0 if req.ok else FAILED))
@@ -324,6 +327,7 @@ class Kernel:
             self._fx.reply(session.conn, rid, NOTHING)
             return
         deadline = now + req.timeout if req.timeout is not None else None
+        assert session.name is not None  # NAMED: refused before hello (request)
         key = session.name if req.reply_to else session.recv_key  # a reply is in its name's mailbox
         self.lists.wait.add_recv(PRQBLOK(Op.RECV, session.conn, rid, req.from_id, key, req.user_id,
                                          wait=req.wait, deadline=deadline, reply_to=req.reply_to, most=req.max))

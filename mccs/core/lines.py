@@ -22,7 +22,7 @@ import collections
 import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeGuard
 
 from checkpoint import changes as ch
 from checkpoint.changes import Stored, Table
@@ -73,7 +73,7 @@ FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, st
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
 
-def _damaged(ev) -> bool:
+def _damaged(ev: object) -> TypeGuard[FrameTraced]:
     """A received frame that failed its check: noise, mostly, which can come as thousands a second."""
     return isinstance(ev, FrameTraced) and ev.dir == "rx" and not ev.ok
 
@@ -696,7 +696,7 @@ class Lines:
     def _segment(self, lcb: LineControlBlock, blk: MSGBLOK) -> tuple[bytes, int] | None:
         """The block's next segment (its text with the trailer), and where it ends; None until its
         piece is read (mccs.core.segments.Blobs)."""
-        if not blk.crc:  # a text held in memory: its CRC-32 is made when it first goes in segments
+        if not blk.crc and not isinstance(blk.data, Stored):  # in memory: CRC-32 made as it first goes in segments
             blk.crc = segments.crc_of(blk.data)
         room = max(1, lcb.machine.segment_size() - segments.SIZE - envelope.SIZE)
         piece = self.blobs.piece(blk.data, blk.next_off, room)

@@ -15,7 +15,7 @@ import itertools
 from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping, TypeVar
 
 from checkpoint.changes import PendingSend, Row, Stored
 from linedrivers.ids import host_of
@@ -24,6 +24,8 @@ from mccs.core.envelope import HELD, REPLY
 
 
 GIVEN_UP_KEEP = 4096  # requests that timed out, remembered so their replies are dropped on arrival
+
+K = TypeVar("K")
 
 
 class BlockState(StrEnum):
@@ -147,7 +149,7 @@ class SendList:
     each line by priority, each (destination, priority) stream in order. The blocks that may expire
     are also in a heap by their time, so finding the expired ones costs nothing while none is due."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._by_dest: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self._by_stream: dict[tuple[str, int], OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self._count = 0
@@ -158,7 +160,8 @@ class SendList:
         return self._count
 
     def __contains__(self, blk: MSGBLOK) -> bool:
-        return self._by_dest.get(blk.dest, {}).get(blk.seq) is blk
+        bucket = self._by_dest.get(blk.dest)
+        return bucket is not None and bucket.get(blk.seq) is blk
 
     def add(self, blk: MSGBLOK) -> None:
         self._by_dest[blk.dest][blk.seq] = blk
@@ -177,7 +180,8 @@ class SendList:
         due, busy = [], []
         while self._expiring and self._expiring[0][0] <= wall:
             _, seq, dest = heapq.heappop(self._expiring)
-            blk = self._by_dest.get(dest, {}).get(seq)
+            bucket = self._by_dest.get(dest)
+            blk = bucket.get(seq) if bucket is not None else None
             if blk is None or not blk.expires:  # gone already, or a void now
                 continue
             if blk.state is BlockState.IN_FLIGHT:
@@ -233,7 +237,7 @@ class Mailbox:
     FROM_ID, USER_ID and priority so a RECV does not walk the others; handed blocks apart, and
     replies apart too: only the request they answer takes them, by the request's MSG_ID."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ready: OrderedDict[int, MSGBLOK] = OrderedDict()
         self.by_from: dict[str, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
         self.by_user: dict[int, OrderedDict[int, MSGBLOK]] = defaultdict(OrderedDict)
@@ -256,13 +260,9 @@ class Mailbox:
         """Off the ready indexes (handed to a process, or gone)."""
         self.replies.pop(blk.seq, None)
         self.ready.pop(blk.seq, None)
-        for index, key in ((self.by_from, blk.from_id), (self.by_user, blk.user_id),
-                           (self.by_priority, blk.priority)):
-            bucket = index.get(key)
-            if bucket is not None:
-                bucket.pop(blk.seq, None)
-                if not bucket:
-                    del index[key]
+        _unindex(self.by_from, blk.from_id, blk.seq)
+        _unindex(self.by_user, blk.user_id, blk.seq)
+        _unindex(self.by_priority, blk.priority, blk.seq)
 
     def restore_order(self) -> None:
         """Blocks given back (their process went away), or restored, go to their places again."""
@@ -282,12 +282,22 @@ class Mailbox:
         if reply_to:
             return next((blk for blk in self.replies.values() if blk.user_id == reply_to), None)
         if from_id.strip() and user_id:
-            a, b = self.by_from.get(from_id, {}), self.by_user.get(user_id, {})
+            a: Mapping[int, MSGBLOK] = self.by_from.get(from_id, {})
+            b: Mapping[int, MSGBLOK] = self.by_user.get(user_id, {})
             small, other = (a, b) if len(a) <= len(b) else (b, a)
             return next((blk for seq, blk in small.items() if seq in other), None)
         index = self.by_from.get(from_id) if from_id.strip() else self.by_user.get(user_id) if user_id \
             else self.by_priority.get(max(self.by_priority, default=0))
         return next(iter(index.values()), None) if index else None
+
+
+def _unindex(index: dict[K, OrderedDict[int, MSGBLOK]], key: K, seq: int) -> None:
+    """Block `seq` off one of a Mailbox's indexes (by FROM_ID, USER_ID or priority); an emptied bucket goes."""
+    bucket = index.get(key)
+    if bucket is not None:
+        bucket.pop(seq, None)
+        if not bucket:
+            del index[key]
 
 
 def arrival_order(blocks: Iterable[MSGBLOK]) -> list[MSGBLOK]:
@@ -307,7 +317,7 @@ class RecvList:
     process however long it takes, but a reply only as long as its request waits: replies are
     also in a heap by their time (the ttl the request gave them)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.boxes: dict[str, Mailbox] = defaultdict(Mailbox)
         self._count = 0
         self._expiring: list[tuple[float, int, MSGBLOK]] = []  # replies; ones gone already are skipped
@@ -330,7 +340,8 @@ class RecvList:
     def late_replies(self, wall: float) -> list[MSGBLOK]:
         """Replies still waiting whose time has passed: their request has given up on them. One
         handed to its process is looked at again a second later (it may be given back)."""
-        out, handed = [], []
+        out: list[MSGBLOK] = []
+        handed: list[MSGBLOK] = []
         while self._expiring and self._expiring[0][0] <= wall:
             blk = heapq.heappop(self._expiring)[2]
             if blk in self:
@@ -394,7 +405,7 @@ class WaitList:
     local destination), batches of SENDs (send_many) in arrival order, RECVs per receiving process,
     and the RECVs' deadlines in a heap."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.remote_sends: deque[PRQBLOK] = deque()
         self.local_sends: deque[PRQBLOK] = deque()
         self.batches: deque[PRQBLOK] = deque()  # not kept in the checkpoint: a retry after a restart asks again
@@ -452,6 +463,8 @@ class WaitList:
 
     def prune(self, name: str | None) -> None:
         """Drop answered RECVs from a process's queue (they leave the heap when they reach its top)."""
+        if name is None:  # a connection that never said hello
+            return
         queue = self.recvs.get(name)
         if queue is not None:
             kept = deque(p for p in queue if not p.done)

@@ -16,6 +16,7 @@ id always exists. Every structure here is pure: the changes to store come back a
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
+from typing import Iterable
 
 from checkpoint import changes as ch
 from checkpoint.changes import Change, Table
@@ -28,7 +29,7 @@ MAX_IN_USE = ID_SPACE - DUP_WINDOW - 1  # own messages waiting anywhere on this 
 class KeyWindow:
     """The last DUP_WINDOW MSG_IDs per host, in order, mirrored in one checkpoint table."""
 
-    def __init__(self, table: Table, keys: list[tuple[str, int]] = ()):
+    def __init__(self, table: Table, keys: Iterable[tuple[str, int]] = ()):
         self.table = table
         self._order: dict[str, deque[int]] = defaultdict(deque)
         self._set: set[tuple[str, int]] = set()
@@ -69,7 +70,7 @@ class KeyWindow:
 class MsgIds:
     """The origin's MSG_ID counter and the ids in use; see the module docstring."""
 
-    def __init__(self, host: str, next_id: int, sent: list[tuple[str, int]] = ()):
+    def __init__(self, host: str, next_id: int, sent: Iterable[tuple[str, int]] = ()):
         self.host = host
         self.next_id = next_id
         self.in_use: Counter[int] = Counter()

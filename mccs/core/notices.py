@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Protocol
 
 from checkpoint import changes as ch
-from checkpoint.changes import Table
+from checkpoint.changes import Stored, Table
 from linedrivers.ids import host_of
 
 from mccs.core.effects import Effects
@@ -59,7 +60,22 @@ REASONS = {
 }
 
 
-def fields(m: MSGBLOK) -> dict:
+class Identified(Protocol):
+    """What names a message in a trace event: a MSGBLOK, or an Image as a line delivered it."""
+
+    @property
+    def origin(self) -> str: ...
+    @property
+    def msg_id(self) -> int: ...
+    @property
+    def from_id(self) -> str: ...
+    @property
+    def to_id(self) -> str: ...
+    @property
+    def user_id(self) -> int: ...
+
+
+def fields(m: Identified) -> dict:
     """A message's identity in trace events."""
     return {"origin": m.origin, "msg_id": m.msg_id, "from_id": m.from_id, "to_id": m.to_id, "user_id": m.user_id}
 
@@ -102,6 +118,7 @@ class Notices:
     def drop(self, fx: Effects, blk: MSGBLOK, why: str, wall: float) -> None:
         """A block leaves SEND_LIST undelivered, its sender told; a numbered one stays as a VOID."""
         if self.returned(fx, blk, why, wall):
+            assert not isinstance(blk.data, Stored)  # returned() made it a void: its text is the reason code owed
             fx.change(ch.set_void(Table.SEND_LIST, blk.seq, blk.flags, blk.data, blk.expires))
             if blk.expires:
                 self.lists.send.expire_at(blk)

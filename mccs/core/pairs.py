@@ -102,11 +102,12 @@ class PairsIn:
         """The verdict on an arrival, and the blocks that become ready for RECV, in order."""
         pair = self.pairs.get(blk.stream)
         ready: list[MSGBLOK] = []
-        created = pair is None or pair.epoch != blk.epoch
-        if created:  # a new origin, or its checkpoint started afresh
+        created = False
+        if pair is None or pair.epoch != blk.epoch:  # a new origin, or its checkpoint started afresh
             if pair is not None:
                 ready = [pair.held[n] for n in sorted(pair.held)]
             pair = self.pairs[blk.stream] = PairIn(blk.epoch)
+            created = True
         if blk.pseq < pair.expect or blk.pseq in pair.held:
             return Verdict.DUPLICATE, ready, []
         pair.held[blk.pseq] = blk

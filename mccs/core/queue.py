@@ -87,7 +87,7 @@ def from_checkpoint(lists: store.Lists, wall: float) -> list[tuple[dict, Item]]:
     """The entries as the checkpoint holds them, for `mccs queue` while the daemon is down: what
     only the running daemon knows (in flight, too large, handed) is not there."""
     pairs = PairsIn(lists.pairs_in)
-    out = []
+    out: list[tuple[dict, Item]] = []
     for p in lists.wait_list:
         prq = PRQBLOK.restored(p)
         out.append((entry(prq, "WAIT_LIST", "waiting", wall), prq))
@@ -122,8 +122,8 @@ class Queue:
     # -- what is on the lists ---------------------------------------------------------------------
     def entries(self, wall: float) -> list[tuple[dict, Item]]:
         wait = self.lists.wait
-        out = [(entry(p, "WAIT_LIST", "waiting", wall), p) for q in (wait.remote_sends, wait.local_sends)
-               for p in q if not p.done]
+        out: list[tuple[dict, Item]] = [(entry(p, "WAIT_LIST", "waiting", wall), p)
+                                        for q in (wait.remote_sends, wait.local_sends) for p in q if not p.done]
         out += [(entry(b, "SEND_LIST", self._send_state(b), wall), b) for b in self.lists.send]
         out += [(entry(b, "RECV_LIST", "handed" if b.state is BlockState.HANDED else "waiting", wall), b)
                 for b in self.lists.recv]
@@ -151,6 +151,7 @@ class Queue:
         return QueueList(tuple(e for e, _ in found[:op.limit]), max(0, len(found) - op.limit))
 
     def _show(self, op: QueueRequest, fx: Effects, wall: float) -> QueueResult:
+        assert op.ref is not None  # requests._queue: show takes one message id
         e, item = self._entry(op.ref, wall)
         return QueueEntry(details(item, e))
 
@@ -171,11 +172,13 @@ class Queue:
         return QueueEntry(entry(blk, "SEND_LIST", self._send_state(blk), wall), note)
 
     def _on_send_list(self, op: QueueRequest, wall: float, verb: str) -> MSGBLOK:
+        assert op.ref is not None  # requests._queue: hold and release take one message id
         e, item = self._entry(op.ref, wall)
         if e["list"] != "SEND_LIST":
             also = "; a SEND waiting for a buffer can be purged" if e["list"] == "WAIT_LIST" else ""
             raise RequestError(Code.BAD_ID, f"{op.ref.text} is on {e['list']}: only a message on SEND_LIST (on its way "
                                          f"to a line) is {verb}{also}")
+        assert isinstance(item, MSGBLOK)  # what is on SEND_LIST is a block (a waiting SEND is on WAIT_LIST)
         return item
 
     def _set_held(self, blk: MSGBLOK, on: bool, fx: Effects) -> None:

@@ -35,6 +35,28 @@ log = logging.getLogger("mccs.core.receiver")
 VOID_RETRY = 60.0  # seconds a void that met the hop limit twice waits before it goes round again
 
 
+@dataclass(frozen=True)
+class Reassembled:
+    """A large message made whole from its segments: its image, with the text Stored where the
+    segments were written (the checkpoint), not in memory."""
+    to_id: str
+    from_id: str
+    msg_id: int
+    user_id: int
+    data: Stored
+
+    @property
+    def origin(self) -> str:
+        return self.from_id[:2]
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.origin, self.msg_id)
+
+
+Incoming = Image | Reassembled  # a message from a line as it goes on: whole, or made whole
+
+
 @dataclass
 class Arrival:
     """Where a message came from: the line's peer and protocol, for traces and counters."""
@@ -64,12 +86,14 @@ class MessageReceiver:
             src.counters["bad_images"] += 1
             log.warning("%s: dropped a bad message image from %s: %s", self.host, src.peer, e)
             return
-        if segment and segments.is_forget(env):
-            self._forgotten(src, m, fx)
-        elif segment:
-            self._segment(src, m, env, fx, now, wall)
-        else:
+        if not segment:
             self._whole(src, m, env, fx, now, wall)
+            return
+        assert env is not None  # SEGMENT is a flag of the routing envelope
+        if segments.is_forget(env):
+            self._forgotten(src, m, fx)
+        else:
+            self._segment(src, m, env, fx, now, wall)
 
     def _segment(self, src: Arrival, m: Image, env: Envelope, fx: Effects, now: float, wall: float) -> None:
         """A piece of a large message: stored where it belongs (acknowledged with this pass); the
@@ -87,8 +111,8 @@ class MessageReceiver:
         fx.change(*changes)
         src.counters["segments"] += 1
         if whole is not None:
-            m = Image(m.to_id, m.from_id, m.msg_id, m.user_id, whole.stored())
-            self._whole(src, m, dataclasses.replace(env, flags=env.flags & ~SEGMENT), fx, now, wall)
+            made = Reassembled(m.to_id, m.from_id, m.msg_id, m.user_id, whole.stored())
+            self._whole(src, made, dataclasses.replace(env, flags=env.flags & ~SEGMENT), fx, now, wall)
             fx.change(*self.reassembly.finish(whole))
 
     def _forgotten(self, src: Arrival, m: Image, fx: Effects) -> None:
@@ -111,8 +135,9 @@ class MessageReceiver:
         log.info("%s: dropped the partly received %s/%d (%d of %d bytes): %s will not finish it here", self.host,
                  p.origin, p.msg_id, p.got, p.total, src.peer)
 
-    def _whole(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, now: float, wall: float) -> None:
+    def _whole(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, now: float, wall: float) -> None:
         if env is not None and env.advert:
+            assert isinstance(m, Image)  # not Reassembled: a segment with ADVERT is a forget (segments.is_forget)
             self._advert(src, m, fx, now)
         elif host_of(m.to_id) != self.host:
             self._forward(src, m, env, fx, wall)
@@ -121,7 +146,7 @@ class MessageReceiver:
         else:
             self._by_window(src, m, fx, wall)
 
-    def _by_window(self, src: Arrival, m: Image, fx: Effects, wall: float) -> None:
+    def _by_window(self, src: Arrival, m: Incoming, fx: Effects, wall: float) -> None:
         """docs/DESIGN.md's rule: a key among the last ones received from its origin is a duplicate."""
         if m.key in self.dups:
             self._duplicate(src, m, fx)
@@ -131,7 +156,7 @@ class MessageReceiver:
         fx.trace("msg", "received", src.peer, src.proto, **fields(m))
         self._deliver(blk, fx, wall)
 
-    def _in_order(self, src: Arrival, m: Image, env: Envelope, fx: Effects, wall: float) -> None:
+    def _in_order(self, src: Arrival, m: Incoming, env: Envelope, fx: Effects, wall: float) -> None:
         """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
         that came once without a number (over a version-1 line) is not taken twice."""
         if self.pairs.into.renewed(m.origin, env.epoch):  # (a neighbour's new epoch was seen at sign-on too)
@@ -177,7 +202,7 @@ class MessageReceiver:
         """What was received from an origin whose checkpoint was started afresh (mccs.core.epochs)."""
         return [*self.dups.forget(origin), *self.reassembly.forget(origin)]
 
-    def _forward(self, src: Arrival, m: Image, env: Envelope | None, fx: Effects, wall: float) -> None:
+    def _forward(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, wall: float) -> None:
         """Store and forward: on SEND_LIST for the next hop, acknowledged once stored here. One
         that reached the hop limit is returned, and goes on as a void if its place is needed."""
         if env is None:  # a version-1 peer cannot mean this: it sends only to its neighbour
@@ -214,7 +239,7 @@ class MessageReceiver:
             return
         fx.change(*self.routes.advert(src.peer, vector, now))
 
-    def _block(self, src: Arrival, m: Image, env: Envelope, wall: float, table: Table,
+    def _block(self, src: Arrival, m: Incoming, env: Envelope, wall: float, table: Table,
                hops: int | None = None) -> tuple[MSGBLOK, ch.Change]:
         """The MSGBLOK of an arrival for `table`, and the change that stores it there. A large
         message's text stays where its segments were written; the row names it."""
@@ -231,6 +256,6 @@ class MessageReceiver:
         add = ch.add_block(table, blk)
         return blk, add
 
-    def _duplicate(self, src: Arrival, m: Image, fx: Effects) -> None:
+    def _duplicate(self, src: Arrival, m: Incoming, fx: Effects) -> None:
         src.counters["duplicates"] += 1
         fx.trace("msg", "duplicate", src.peer, src.proto, **fields(m))

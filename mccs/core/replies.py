@@ -109,8 +109,8 @@ class Message(NamedTuple):
     copy: bool = False
 
     def wire(self) -> dict:
-        body = {"rid": self.rid, "from_id": self.from_id, "to_id": self.to_id, "msg_id": self.msg_id,
-                "user_id": self.user_id}
+        body: dict[str, object] = {"rid": self.rid, "from_id": self.from_id, "to_id": self.to_id,
+                                   "msg_id": self.msg_id, "user_id": self.user_id}
         if self.rid is None:
             del body["rid"]
         if self.ttl is not None:
@@ -138,7 +138,7 @@ class Received:
         return data if isinstance(data, Stored) else None
 
     def wire(self) -> dict:
-        body = {"ok": True, "msg": None if self.msg is None else self.msg.wire()}
+        body: dict[str, object] = {"ok": True, "msg": None if self.msg is None else self.msg.wire()}
         if self.more:
             body["more"] = [m.wire() for m in self.more]
         return body
@@ -163,7 +163,7 @@ class Cancelled:
     stored: tuple[int, str] | None = None
 
     def wire(self) -> dict:
-        body = {"ok": True, "cancelled": self.done}
+        body: dict[str, object] = {"ok": True, "cancelled": self.done}
         if self.stored is not None:
             body.update(msg_id=self.stored[0], to=self.stored[1])
         return body

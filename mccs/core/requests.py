@@ -11,7 +11,7 @@ import binascii
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from linedrivers.ids import IdError, check_host_id, process_id, process_name
 
@@ -190,7 +190,7 @@ def _data(req: dict) -> bytes:
     if "bin" in req:  # sent as it is after the request (ipc.Deframer)
         if not isinstance(req["bin"], (bytes, bytearray)) or "data" in req:
             raise RequestError(Code.BAD_REQUEST, "bin must be the size of the data that follows, and no data field")
-        return req["bin"]
+        return bytes(req["bin"])  # ipc.Deframer fills a bytearray; the core holds a text as bytes
     if isinstance(req.get("data"), bytes):  # MessagePack: as it is
         return req["data"]
     try:
@@ -356,8 +356,9 @@ def _confirm(req: dict) -> Confirm:
     return Confirm(_field(req, "rid", int, required=True))
 
 
-_PARSERS = {"hello": lambda req: Hello(_name(req), _field(req, "observe", bool, False)),
-            "observe": lambda req: Observe(_name(req)), "send": _send, "send_many": _send_many, "recv": _recv,
-            "confirm": _confirm,
-            "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "codec": _codec, "ping": _ping,
-            "queue": _queue}
+_PARSERS: dict[str, Callable[[dict], Request]] = {
+    "hello": lambda req: Hello(_name(req), _field(req, "observe", bool, False)),
+    "observe": lambda req: Observe(_name(req)), "send": _send, "send_many": _send_many, "recv": _recv,
+    "confirm": _confirm,
+    "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "codec": _codec, "ping": _ping,
+    "queue": _queue}

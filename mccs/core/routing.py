@@ -23,6 +23,7 @@ Pure: the changes to remember (learned hosts survive a restart) come back as dat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from checkpoint import changes as ch
 from checkpoint.changes import Change
@@ -41,7 +42,7 @@ class Route:
 
 class RoutingTable:
     def __init__(self, host: str, neighbours: list[str], static: dict[str, str], learn: bool,
-                 known: list[str] = (), direct_only: set[str] = frozenset()):
+                 known: Iterable[str] = (), direct_only: Iterable[str] = frozenset()):
         self.host = host
         self.neighbours = set(neighbours)
         self.direct_only = set(direct_only)  # neighbours on lines that do not route

@@ -27,7 +27,7 @@ import struct
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from checkpoint import changes as ch
 from checkpoint.changes import Change, Stored
@@ -102,7 +102,7 @@ class Refused(ValueError):
 class Reassembly:
     """The partials of this host, and the transfers completed lately, mirrored in the checkpoint."""
 
-    def __init__(self, max_message: int, partials: list[Partial] = (), done: list[tuple] = ()):
+    def __init__(self, max_message: int, partials: Iterable[Partial] = (), done: Iterable[tuple] = ()):
         self.max_message = max_message
         self.partials: dict[tuple[str, int], Partial] = {(p.origin, p.msg_id): p for p in partials}
         self.done: OrderedDict[tuple[str, int], tuple] = OrderedDict(((o, m), tuple(i)) for o, m, *i in done)

@@ -41,7 +41,10 @@ class Session:
     @property
     def recv_key(self) -> str:
         """Where its RECVs wait on WAIT_LIST: with the other handlers of its name, or on their own."""
-        return self.name if self.handler else f"#{self.conn}"
+        if self.handler:
+            assert self.name is not None  # Sessions.attach names a handler
+            return self.name
+        return f"#{self.conn}"
 
     def copy(self, from_id: str, user_id: int) -> MSGBLOK | None:
         return next((b for b in self.copies if (not from_id.strip() or b.from_id == from_id)
@@ -81,7 +84,8 @@ class Sessions:
     def close(self, conn: int) -> Session | None:
         session = self.by_conn.pop(conn, None)
         if session is not None:
-            for index, pids in ((self.handlers, {session.name} if session.handler else ()),
+            handled = {session.name} if session.handler and session.name is not None else ()  # (attach names it)
+            for index, pids in ((self.handlers, handled),
                                 (self.observers, session.observing)):
                 for pid in pids:
                     index[pid].discard(session)

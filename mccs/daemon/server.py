@@ -80,6 +80,7 @@ class Connection(asyncio.Protocol):
             self._backlog.extend(self.deframer.feed(data))
         except FrameError as e:  # over the size limit: the stream can no longer be trusted
             self.send(Refused(Code.BAD_REQUEST, str(e)).wire())  # no id: the stream is not read further
+            assert self.transport is not None  # asyncio delivers data only after connection_made
             self.transport.close()
             return
         self._serve()
@@ -108,6 +109,7 @@ class Connection(asyncio.Protocol):
         if self.closed or pause == self._read_paused:
             return
         self._read_paused = pause
+        assert self.transport is not None  # requests come, and writes pause, only after connection_made
         (self.transport.pause_reading if pause else self.transport.resume_reading)()
 
     def pause_writing(self) -> None:

@@ -61,15 +61,16 @@ class Daemon:
         self.cfg = cfg
         self.host = cfg.id
         self.new_checkpoint = new_checkpoint
-        self.cp: Checkpoint | None = None
-        self.kernel: Kernel | None = None
-        self.trace: TraceWriter | None = None
+        # Set by initialize() (cp, kernel, trace) and _main() (loop, _stopping), before anything uses them.
+        self.cp: Checkpoint
+        self.kernel: Kernel
+        self.trace: TraceWriter
+        self.loop: asyncio.AbstractEventLoop
+        self._stopping: asyncio.Event
         self.conns: dict[int, server.Connection] = {}
         self.ports: dict[str, SerialPort] = {}
         self.started = time.time()
         self.failed = False
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
         self._pass_pending = False
         self._full_said, self._full_failures = float("-inf"), 0  # passes failed on a full disk, not yet logged
         self._gathering: asyncio.TimerHandle | None = None  # a pass that waits for answered processes
@@ -143,10 +144,16 @@ class Daemon:
                 proc.terminate()
 
     def _open_port(self, lc: LineConfig) -> SerialPort:
-        call = self.loop.call_soon_threadsafe
+        call, peer = self.loop.call_soon_threadsafe, lc.peer
+
+        def on_data(data: bytes, now: float) -> None:
+            self._line_data(peer, data, now)
+
+        def on_state(up: bool, why: str) -> None:  # from the port's thread
+            call(self._port_state, peer, up, why)
+
         return SerialPort(lc.port, **lc.port_settings(), backoff_max=lc.backoff_max,
-                          loop=self.loop, on_data=lambda data, now, peer=lc.peer: self._line_data(peer, data, now),
-                          on_state=lambda up, why, peer=lc.peer: call(self._port_state, peer, up, why)).start()
+                          loop=self.loop, on_data=on_data, on_state=on_state).start()
 
     # -- inputs -------------------------------------------------------------------------------
     def _line_data(self, peer: str, data: bytes, now: float) -> None:
@@ -362,6 +369,7 @@ class Daemon:
         self.kernel.counters.update(counters)
         self.kernel.set_disk_full(disk_full)
         for conn in list(self.conns.values()):
+            assert conn.transport is not None  # connected() comes from its connection_made
             conn.transport.abort()  # the library reconnects and asks again
         for peer, port in self.ports.items():
             if port.is_open:

@@ -67,7 +67,7 @@ class TraceWriter:
         except TypeError:  # orjson.JSONEncodeError (see _JSON)
             self._pending += (_JSON.encode(event) + "\n").encode()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         if self._fd is None or self._size >= self.max_bytes:
             if self._fd is not None:
                 os.close(self._fd)

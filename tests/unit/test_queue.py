@@ -58,6 +58,16 @@ def test_list_and_show_tell_each_entry_of_the_three_lists(alone):
     assert _queue(alone, "AA", "show", msg=f"#{shown['seq']}")["entry"]["id"] == f"AA/{remote}"
 
 
+def test_a_text_sent_after_its_request_shows_as_a_text_in_memory(alone):
+    """A binary client's SEND carries its text after the request (`bin`), which the socket's
+    Deframer fills in a bytearray: the core holds it as bytes like any other, so `show` does not
+    take it for a large one (kept in the checkpoint only) and shows its start."""
+    p = alone.client("AA", "P")
+    msg_id = p.ask({"op": "send", "to": "BBR", "bin": bytearray(b"to bb, attached")})["msg_id"]
+    shown = _queue(alone, "AA", "show", msg=str(msg_id))["entry"]
+    assert shown["large"] is False and shown["preview"] == "to bb, attached"
+
+
 def test_bad_ids_are_refused_clearly(alone):
     anon = alone.client("AA", None)
     for msg, words in (("AA/9", "no message AA/9"), ("x1", "is not ORIGIN/MSG_ID"), ("AA/0", "1 to 65535"),
