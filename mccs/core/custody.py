@@ -115,6 +115,8 @@ class Custody:
         self.told: dict[Stream, MSGBLOK] = {}  # (origin, priority) -> its last state, while it waits on SEND_LIST
         self.offered: set[Stream] = set()  # streams without custody told one state in this run
         self.expire_at = 0.0  # when to look for copies past their ttl next (wall)
+        self.fresh: list[MSGBLOK] = []  # kept since the last pass
+        self.since: dict[int, float] = {}  # seq -> when it was kept (wall; a restored copy: long ago)
         self.probed: set[Stream] = set()  # streams kept, probed once in this run (so the destination knows)
         # syncing streams: (when to ask the origin for a probe again, the wait after it, when to give up)
         self.syncs = {s: (0.0, PROBE_FIRST, -1.0) for s, pair in self.pairs.into.pairs.items() if pair.syncing}
@@ -136,6 +138,7 @@ class Custody:
         blk.flags |= CUSTODY
         fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, blk.flags))
         self.restore(blk)
+        self.fresh.append(blk)
 
     def restore(self, blk: MSGBLOK) -> None:
         stream = (blk.dest, blk.priority)
@@ -145,6 +148,7 @@ class Custody:
 
     def _take(self, stream: Stream, pseq: int) -> MSGBLOK:
         blk = self.copies[stream].pop(pseq)
+        self.since.pop(blk.seq, None)
         if not self.copies[stream]:
             del self.copies[stream]
         self.lists.send.kept -= 1
@@ -182,9 +186,10 @@ class Custody:
         self.counters["custody_released"] += len(released)
         if released and stream in self.copies:
             self.probe_at[stream] = (wall + PROBE_FIRST, PROBE_FIRST)
-        if body.get("a"):
-            for n in sorted(self.copies.get(stream, {})):
-                if n >= x and not within(held, n) and (upto is None or n < upto):
+        if body.get("a"):  # those it lacks, unless they may well be on their way still, or their ttl passed
+            for n, blk in sorted(self.copies.get(stream, {}).items()):
+                if (n >= x and not within(held, n) and (upto is None or n < upto)
+                        and self.since.get(blk.seq, 0.0) <= wall - PROBE_FIRST and not 0 < blk.expires <= wall):
                     self._again(fx, stream, n)
 
     def _again(self, fx: Effects, stream: Stream, pseq: int) -> None:
@@ -316,6 +321,9 @@ class Custody:
     def run(self, fx: Effects, wall: float) -> float | None:
         """In the pass: syncs asked for, probes due, copies expired, states owed. Returns the
         wall-clock time the next one is due."""
+        for blk in self.fresh:
+            self.since[blk.seq] = wall
+        self.fresh.clear()
         due = self._syncs(fx, wall)
         self.expire(fx, wall)
         states = self.states(fx, wall)
