@@ -116,7 +116,7 @@ class Custody:
         self.offered: set[Stream] = set()  # streams without custody told one state in this run
         self.expire_at = 0.0  # when to look for copies past their ttl next (wall)
         self.fresh: list[MSGBLOK] = []  # kept since the last pass
-        self.since: dict[int, float] = {}  # seq -> when it was kept (wall; a restored copy: long ago)
+        self.since: dict[int, float] = {}  # seq -> when it was kept, or this daemon started (wall)
         self.probed: set[Stream] = set()  # streams kept, probed once in this run (so the destination knows)
         # syncing streams: (when to ask the origin for a probe again, the wait after it, when to give up)
         self.syncs = {s: (0.0, PROBE_FIRST, -1.0) for s, pair in self.pairs.into.pairs.items() if pair.syncing}
@@ -138,13 +138,13 @@ class Custody:
         blk.flags |= CUSTODY
         fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, blk.flags))
         self.restore(blk)
-        self.fresh.append(blk)
 
     def restore(self, blk: MSGBLOK) -> None:
         stream = (blk.dest, blk.priority)
         self.copies.setdefault(stream, {})[blk.pseq] = blk
         self.lists.send.kept += 1
         self.probe_at.setdefault(stream, (-1.0, PROBE_FIRST))  # (-1: PROBE_FIRST from the next pass)
+        self.fresh.append(blk)  # (a copy restored at a start may be on its way too: it waits as a new one)
 
     def _take(self, stream: Stream, pseq: int) -> MSGBLOK:
         blk = self.copies[stream].pop(pseq)
