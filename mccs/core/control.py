@@ -99,7 +99,7 @@ class Control:
         fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
         fx.trace("msg", "delivered", **fields(blk))  # (taken by its process: this daemon)
         if blk.pseq:  # taken: its origin's custody copy may go (mccs.core.custody)
-            self.lists.recv.left.add(blk.stream)
+            self.lists.recv.left[blk.stream] += 1
         origin = blk.origin
         try:
             if isinstance(blk.data, Stored):  # a daemon message is short: a large text is none

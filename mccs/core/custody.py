@@ -8,8 +8,9 @@ it numbered, once the next host has acknowledged it: the row stays in the SEND_L
 the stored-only flag CUSTODY, out of the Message-Sender's sight, counted against `buffers`. It
 drops the copy when the destination says the message was taken there, sends it again when the
 destination's answer to a probe says it does not have it, and forgets it GRACE seconds after its
-ttl. As a destination, it tells each origin which of its messages were taken (batched: at most
-one message a stream every STATE_EVERY seconds, and only when some were), and answers probes.
+ttl. As a destination, it tells each origin which of its messages were taken (batched: a
+message a stream for STATE_BATCH taken, or STATE_WAIT seconds after the first one, never more
+often than every STATE_EVERY seconds), and answers probes.
 
 Custody begins when the origin first hears a destination's state (an older MCCS never sends
 one, so it never makes copies pile up), from the next number it gives: `PairsOut.kept`. Three
@@ -49,7 +50,9 @@ from mccs.core.host import HostState
 
 log = logging.getLogger("mccs.core.custody")
 
-STATE_EVERY = 2.0  # seconds between two states of one stream
+STATE_BATCH = 64  # messages taken that make a state at once ...
+STATE_WAIT = 10.0  # ... or seconds after the first of them: the cost on a line stays about 1%
+STATE_EVERY = 2.0  # seconds between two states of one stream, at least
 PROBE_FIRST = 30.0  # seconds without progress before the origin probes, doubling ...
 PROBE_MOST = 600.0  # ... up to this
 SYNC_MOST = 600.0  # seconds a restored destination waits for an origin's probe before it goes on without
@@ -110,7 +113,7 @@ class Custody:
         self.notices = notices
         self.copies: dict[Stream, dict[int, MSGBLOK]] = {}  # (dest, priority) -> PSEQ -> copy
         self.probe_at: dict[Stream, tuple[float, float]] = {}  # (dest, priority) -> (when, the wait after it), wall
-        self.dirty: set[Stream] = set()  # (origin, priority): taken here since its last state
+        self.dirty: dict[Stream, tuple[int, float]] = {}  # (origin, priority): taken since its last state, since
         self.state_at: dict[Stream, float] = {}  # (origin, priority) -> when its last state went
         self.told: dict[Stream, MSGBLOK] = {}  # (origin, priority) -> its last state, while it waits on SEND_LIST
         self.offered: set[Stream] = set()  # streams without custody told one state in this run
@@ -263,23 +266,26 @@ class Custody:
     def states(self, fx: Effects, wall: float) -> float | None:
         """The states owed: of streams with custody whose messages were taken here (and once a
         run, of a stream without custody: the offer). Returns when the next one is due."""
-        self.dirty.update(self.lists.recv.left)
+        for stream, n in self.lists.recv.left.items():
+            count, since = self.dirty.get(stream, (0, wall))
+            self.dirty[stream] = (count + n, since)
         self.lists.recv.left.clear()
         due = None
-        for stream in sorted(self.dirty):  # (in order: a run is the same whatever the hash seed)
+        for stream, (count, since) in sorted(self.dirty.items()):  # (in order: the same whatever the hash seed)
             pair = self.pairs.into.pairs.get(stream)
             if (pair is None or pair.syncing or stream[0] == self.host
                     or not pair.custody and (stream in self.offered or self.routes.next_hop(stream[0]) is None)):
-                self.dirty.discard(stream)  # (an offer goes once a run, and only where it can go)
+                del self.dirty[stream]  # (an offer goes once a run, and only where it can go)
                 continue
             told = self.told.get(stream)
             if told is not None and told in self.lists.send:  # the last one has not left: this one waits for it
                 continue
-            at = self.state_at.get(stream, 0.0) + STATE_EVERY
+            batched = wall if count >= STATE_BATCH or not pair.custody else since + STATE_WAIT
+            at = max(self.state_at.get(stream, 0.0) + STATE_EVERY, batched)
             if at > wall:
                 due = min(due or at, at)
                 continue
-            self.dirty.discard(stream)
+            del self.dirty[stream]
             self.offered.add(stream)
             self._tell(fx, stream, wall)
         return due
@@ -374,6 +380,7 @@ class Custody:
 
     def status(self) -> dict:
         return {"copies": {f"{d}/p{p}" if p else d: len(c) for (d, p), c in sorted(self.copies.items())},
+                "owed": len(self.dirty.keys() | self.lists.recv.left.keys()),  # streams with a state to come
                 "syncing": sorted(f"{o}/p{p}" if p else o for (o, p), pair in self.pairs.into.pairs.items()
                                   if pair.syncing)}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections import OrderedDict, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Iterable, Iterator, Mapping, TypeVar
@@ -322,7 +322,7 @@ class RecvList:
         self._count = 0
         self._expiring: list[tuple[float, int, MSGBLOK]] = []  # replies; ones gone already are skipped
         self._given_up: OrderedDict[tuple[str, int], None] = OrderedDict()  # (process, request MSG_ID), lately
-        self.left: set[tuple[str, int]] = set()  # streams a numbered message left (taken): mccs.core.custody
+        self.left: Counter[tuple[str, int]] = Counter()  # numbered messages taken, per stream (mccs.core.custody)
 
     def __len__(self) -> int:
         return self._count
@@ -386,7 +386,7 @@ class RecvList:
             box.take(blk)
         self._count -= 1
         if blk.pseq:
-            self.left.add(blk.stream)
+            self.left[blk.stream] += 1
         if not len(box):
             del self.boxes[blk.to_id]
 

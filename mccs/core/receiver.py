@@ -186,7 +186,7 @@ class MessageReceiver:
                 self.counters["voids"] += 1
                 self.notices.settle(fx, blk, wall)  # the message never came: its sender is told
                 fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
-                self.lists.recv.left.add(blk.stream)
+                self.lists.recv.left[blk.stream] += 1
             else:
                 self._deliver(blk, fx, wall)
 

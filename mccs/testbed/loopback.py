@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import cast
 
 from linedrivers.ids import host_of
-from mccs.core.custody import STATE_EVERY
 from mccs.daemon.service import stop_on_sigterm
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.vserial import Lines
@@ -161,13 +160,15 @@ class Network:
         if not done or now < self.lists_asked + 0.5:
             return False
         self.lists_asked = now
-        lists = [_status(d).get("lists", {"send": "?"}) for d in self.daemons.values()]
-        if any(x.get("send") or x.get("recv") for x in lists):
+        statuses = [_status(d) for d in self.daemons.values()]
+        lists = [s.get("lists", {"send": "?"}) for s in statuses]
+        owed = [s.get("custody", {}).get("owed") for s in statuses]  # (custody's states for the last taken)
+        if any(x.get("send") or x.get("recv") for x in lists) or any(owed):
             self.empty_since = None
             return False
         if self.empty_since is None:
             self.empty_since = now
-        return now >= self.empty_since + STATE_EVERY + 0.5  # (a state owed for the last messages taken is made)
+        return now >= self.empty_since + 1.0
 
     def configs(self) -> None:
         for host in self.hosts:

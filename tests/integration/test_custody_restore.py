@@ -123,7 +123,7 @@ def test_a_destination_restored_from_a_backup_under_traffic_delivers_each_messag
     chain.take(quiet=3.0, most=40)  # taken after the backup: the restored CC must not hand them again
     sender.join(120)
     chain.take(quiet=1.0, most=20)  # and some still wait on CC's RECV_LIST: lost with its disk, sent again
-    time.sleep(4)  # (what CC's process took is told to AA within STATE_EVERY)
+    time.sleep(12)  # (what CC's process took is told to AA within STATE_WAIT)
     chain.restore("CC")
     chain.check(deadline=120)
 

@@ -129,7 +129,7 @@ def test_a_destination_restored_from_a_backup_gets_again_what_it_lost_and_not_wh
     flow.take(3)  # taken after the backup: must not come again
     flow.send(6)  # arrived after the backup: must come again
     flow.take(2)
-    net.run(duration=10)  # (the states of what was taken reach AA)
+    net.run(duration=15)  # (the states of what was taken reach AA: STATE_WAIT)
     net["CC"].restore(backup)
     flow.reconnect()
     assert net["CC"].kernel.pairs.into.pairs[("AA", 0)].syncing
