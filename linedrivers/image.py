@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from .ids import IdError, process_id
 
@@ -17,13 +18,18 @@ class ImageError(ValueError):
     """Bytes that are not a valid message image."""
 
 
+Text = TypeVar("Text")
+
+
 @dataclass(frozen=True)
-class Image:
+class Image(Generic[Text]):
+    """A message's image; its text is bytes off a line (an MCCS daemon may put a reference to
+    where the text is kept in their place: a large message made whole from its segments)."""
     to_id: str
     from_id: str
     msg_id: int
     user_id: int
-    data: bytes
+    data: Text
 
     @property
     def origin(self) -> str:

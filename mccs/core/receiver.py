@@ -35,26 +35,8 @@ log = logging.getLogger("mccs.core.receiver")
 VOID_RETRY = 60.0  # seconds a void that met the hop limit twice waits before it goes round again
 
 
-@dataclass(frozen=True)
-class Reassembled:
-    """A large message made whole from its segments: its image, with the text Stored where the
-    segments were written (the checkpoint), not in memory."""
-    to_id: str
-    from_id: str
-    msg_id: int
-    user_id: int
-    data: Stored
-
-    @property
-    def origin(self) -> str:
-        return self.from_id[:2]
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.origin, self.msg_id)
-
-
-Incoming = Image | Reassembled  # a message from a line as it goes on: whole, or made whole
+Incoming = Image[bytes] | Image[Stored]  # a message from a line as it goes on: whole, or made whole from
+#                                        its segments (its text Stored where they were written)
 
 
 @dataclass
@@ -111,7 +93,7 @@ class MessageReceiver:
         fx.change(*changes)
         src.counters["segments"] += 1
         if whole is not None:
-            made = Reassembled(m.to_id, m.from_id, m.msg_id, m.user_id, whole.stored())
+            made: Image[Stored] = Image(m.to_id, m.from_id, m.msg_id, m.user_id, whole.stored())
             self._whole(src, made, dataclasses.replace(env, flags=env.flags & ~SEGMENT), fx, now, wall)
             fx.change(*self.reassembly.finish(whole))
 
@@ -137,7 +119,7 @@ class MessageReceiver:
 
     def _whole(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, now: float, wall: float) -> None:
         if env is not None and env.advert:
-            assert isinstance(m, Image)  # not Reassembled: a segment with ADVERT is a forget (segments.is_forget)
+            assert isinstance(m.data, bytes)  # not made whole: a segment with ADVERT is a forget (segments.is_forget)
             self._advert(src, m, fx, now)
         elif host_of(m.to_id) != self.host:
             self._forward(src, m, env, fx, wall)

@@ -65,6 +65,10 @@ class Chain:
         shutil.copy(self.tmp / f"{host}.backup", self.tmp / f"{host}.db")
         self.d[host].start()
 
+    def counter(self, host: str, name: str) -> int:
+        with mccs.connect(self.d[host].config, "Q") as q:
+            return q.status()["counters"].get(name, 0)
+
     def check(self, deadline: float) -> None:
         end = time.monotonic() + deadline
         while time.monotonic() < end and len(set(self.got)) < len(self.sent):
@@ -126,6 +130,7 @@ def test_a_destination_restored_from_a_backup_under_traffic_delivers_each_messag
     time.sleep(12)  # (what CC's process took is told to AA within STATE_WAIT)
     chain.restore("CC")
     chain.check(deadline=120)
+    assert chain.counter("CC", "custody_taken_before") > 0  # some the backup held were taken since: dropped
 
 
 def test_a_transit_host_restored_from_a_backup_loses_nothing(chain):
@@ -138,3 +143,4 @@ def test_a_transit_host_restored_from_a_backup_loses_nothing(chain):
     chain.restore("BB")
     chain.vl.lines["BB-CC"].reconnect()
     chain.check(deadline=150)  # AA's probe (30 s without progress) finds the gap and sends it again
+    assert chain.counter("AA", "custody_resent") >= 15  # those BB had acknowledged after its backup
