@@ -189,10 +189,11 @@ class Custody:
         self.counters["custody_released"] += len(released)
         if released and stream in self.copies:
             self.probe_at[stream] = (wall + PROBE_FIRST, PROBE_FIRST)
-        if body.get("a"):  # those it lacks, unless they may well be on their way still, or their ttl passed
-            for n, blk in sorted(self.copies.get(stream, {}).items()):
+        if body.get("a"):  # those it lacks, unless they may well be on their way still, or their ttl nearly
+            for n, blk in sorted(self.copies.get(stream, {}).items()):  # passed (the first copy's void tells)
                 if (n >= x and not within(held, n) and (upto is None or n < upto)
-                        and self.since.get(blk.seq, 0.0) <= wall - PROBE_FIRST and not 0 < blk.expires <= wall):
+                        and self.since.get(blk.seq, 0.0) <= wall - PROBE_FIRST
+                        and not 0 < blk.expires <= wall + PROBE_FIRST):
                     self._again(fx, stream, n)
 
     def _again(self, fx: Effects, stream: Stream, pseq: int) -> None:

@@ -203,7 +203,8 @@ def test_purging_a_large_message_in_transfer_corrupts_nothing(tmp_path):
         for daemon in (a, b):
             conn = sqlite3.connect(daemon.cfg.checkpoint)
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-            assert conn.execute("SELECT count(*) FROM send_list").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM send_list WHERE flags & 256 = 0").fetchone()[0] == 0  # (but
+            # custody's copy of "next", until BB's state says it was taken: mccs.core.custody)
             conn.close()
         a.start()  # both come back and carry on
         b.start()
