@@ -44,6 +44,9 @@ WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "
 #: A SEND_LIST row's stored-only flag (the wire's FLAGS byte has no bit free): a copy this origin
 #: keeps after the next host acknowledged it, until the destination has it taken (mccs.core.custody).
 CUSTODY = 0x100
+#: Stored only too: one of this host's messages that goes without an end-to-end number (custody's
+#: own, which need no order).
+LOOSE = 0x200
 
 INLINE_MAX = 65536  # a text longer than this is kept in the checkpoint only (Stored), not in memory
 
@@ -279,11 +282,20 @@ def set_pair_in(origin: str, priority: int, epoch: str, expect: int) -> Change:
                   (origin, priority, epoch, expect))
 
 
-def set_custody_out(dest: str, priority: int, first: int, epoch: str) -> Change:
-    """This origin keeps a copy of each message for (dest, priority) from pseq `first` until it is
-    taken there (mccs.core.custody); `epoch`: the destination's when it began."""
-    return Change(f"INSERT OR REPLACE INTO {Table.CUSTODY_OUT} (dest, priority, first, epoch) VALUES (?, ?, ?, ?)",
-                  (dest, priority, first, epoch))
+@dataclass
+class Kept:
+    """A stream (destination, priority) this origin keeps custody copies of (mccs.core.custody)."""
+    first: int  # the first PSEQ kept
+    epoch: str  # the destination's epoch when custody began
+    mine: str = ""  # the epoch the stream is numbered under: "" this host's, else the one it had before a restore
+    syncing: bool = False  # restored from a backup: no new number before the destination says how far it got
+
+
+def set_custody_out(dest: str, priority: int, kept: Kept) -> Change:
+    """This origin keeps a copy of each message for (dest, priority) from pseq `kept.first` until it
+    is taken there (mccs.core.custody)."""
+    return Change(f"INSERT OR REPLACE INTO {Table.CUSTODY_OUT} (dest, priority, first, epoch, mine, syncing) "
+                  "VALUES (?, ?, ?, ?, ?, ?)", (dest, priority, kept.first, kept.epoch, kept.mine, int(kept.syncing)))
 
 
 def set_custody_in(origin: str, priority: int, epoch: str, syncing: bool) -> Change:
@@ -312,5 +324,5 @@ class Restored:
     seg_done: list[tuple] = field(default_factory=list)  # (origin, msg_id, to_id, total, crc), oldest first
     peer_epochs: dict[str, str] = field(default_factory=dict)  # neighbour -> the epoch it last signed on with
     forgets: list[tuple] = field(default_factory=list)  # (peer, from_id, msg_id, to_id, total, crc) still to tell
-    custody_out: dict[tuple[str, int], tuple[int, str]] = field(default_factory=dict)  # -> (first kept, dest epoch)
+    custody_out: dict[tuple[str, int], Kept] = field(default_factory=dict)
     custody_in: dict[tuple[str, int], tuple[str, bool]] = field(default_factory=dict)  # -> (epoch, syncing)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from .changes import (CUSTODY, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, PendingSend, Restored, Row,
-                      Stored, Table)
+from .changes import (CUSTODY, LOOSE, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, Kept, PendingSend,
+                      Restored, Row, Stored, Table)
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -40,12 +40,12 @@ WAITING_SCHEMA = {"req": str, "seq": int, "from_id": str, "to_id": str, "user_id
                   "flags": int, "priority": int}
 PAIR_OUT_SCHEMA = {"dest": str, "priority": int, "next": int}
 PAIR_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "expect": int}
-CUSTODY_OUT_SCHEMA = {"dest": str, "priority": int, "first": int, "epoch": str}
+CUSTODY_OUT_SCHEMA = {"dest": str, "priority": int, "first": int, "epoch": str, "mine": str, "syncing": int}
 CUSTODY_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "syncing": int}
 
 log = logging.getLogger("checkpoint.store")
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 #: Bytes of a text a version-8 partial held, copied into one row of PIECES each (_migrate_from_8).
 PIECE_COPY = 1 << 16
 RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
@@ -212,7 +212,9 @@ class Checkpoint:
     @staticmethod
     def _create_custody_tables(db: sqlite_utils.Database) -> None:
         """End-to-end custody (schema 10, mccs.core.custody): the streams this origin keeps copies
-        of, and the streams whose origin keeps copies of what it sends here."""
+        of, and the streams whose origin keeps copies of what it sends here. Schema 11 adds to the
+        first the epoch a stream is numbered under (`mine`, "" for the host's own) and whether the
+        origin, restored from a backup, waits for the destination's answer (`syncing`)."""
         for table, schema, key in ((Table.CUSTODY_OUT, CUSTODY_OUT_SCHEMA, "dest"),
                                    (Table.CUSTODY_IN, CUSTODY_IN_SCHEMA, "origin")):
             if table not in db.table_names():
@@ -230,7 +232,7 @@ class Checkpoint:
         for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
                                (4, self._migrate_from_4), (5, self._migrate_from_5),
                                (6, self._migrate_from_6), (7, self._migrate_from_7), (8, self._migrate_from_8),
-                               (9, self._migrate_from_9)):
+                               (9, self._migrate_from_9), (10, self._migrate_from_10)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -344,6 +346,17 @@ class Checkpoint:
         with conn:
             conn.execute("BEGIN")
             self._create_custody_tables(_database(conn))
+            conn.execute(f"UPDATE {Table.META} SET value = '10' WHERE key = 'schema_version'")
+
+    def _migrate_from_10(self, conn: sqlite3.Connection) -> None:
+        """Version 11 lets an origin restored from a backup keep its custody streams: each stream's
+        own epoch, and whether it waits for the destination's answer (none does yet)."""
+        with conn:
+            conn.execute("BEGIN")
+            have = _database(conn).table(Table.CUSTODY_OUT).columns_dict  # (made by _migrate_from_9 already)
+            for column, kind in (("mine", "TEXT NOT NULL DEFAULT ''"), ("syncing", "INTEGER NOT NULL DEFAULT 0")):
+                if column not in have:
+                    conn.execute(f"ALTER TABLE {Table.CUSTODY_OUT} ADD COLUMN {column} {kind}")
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -351,19 +364,26 @@ class Checkpoint:
         end-to-end numbers after the backup that its peers still remember, and holds messages the
         peers have had since. It keeps its lists but starts a new incarnation: a new epoch (the
         peers forget what they kept of the old one, mccs.core.epochs), its own messages numbered again
-        from 1 (the copies it kept for custody are dropped: they cannot be matched any more), and
-        nothing remembered of the peers' ids and numbers, which they restart too. Except the streams
-        whose origin keeps custody copies: their order is kept, and they are marked syncing, so
-        that the origin's probe tells which restored messages were taken since the backup and
-        which it must send again (mccs.core.custody)."""
+        from 1, and nothing remembered of the peers' ids and numbers, which they restart too.
+        Except the streams kept in custody (mccs.core.custody), which keep their order and numbers:
+        as an origin, this host keeps its copies and numbers the stream under its old epoch (`mine`),
+        syncing until the destination says how far it got; as a destination, its streams are syncing
+        until the origin's probe tells which restored messages were taken since the backup and
+        which it must send again."""
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if RESTORED not in meta:
             return
+        kept = (f"EXISTS (SELECT 1 FROM {Table.CUSTODY_OUT} c WHERE c.dest = substr({Table.SEND_LIST}.to_id, 1, 2) "
+                f"AND c.priority = {Table.SEND_LIST}.priority AND c.mine = {Table.SEND_LIST}.epoch)")
         with conn:
             conn.execute("BEGIN")
-            for table in (Table.DUP_WINDOW, Table.SENT_WINDOW, Table.PAIR_OUT, Table.SEND_ACKED,
-                          Table.SEG_DONE, Table.FORGETS, Table.CUSTODY_OUT):  # (the peers drop what this host fed them)
+            for table in (Table.DUP_WINDOW, Table.SENT_WINDOW, Table.SEND_ACKED, Table.SEG_DONE,
+                          Table.FORGETS):  # (the peers drop what this host fed them)
                 conn.execute(f"DELETE FROM {table}")
+            conn.execute(f"UPDATE {Table.CUSTODY_OUT} SET mine = ? WHERE mine = ''", (meta["epoch"],))
+            conn.execute(f"UPDATE {Table.CUSTODY_OUT} SET syncing = 1")
+            conn.execute(f"DELETE FROM {Table.PAIR_OUT} WHERE NOT EXISTS (SELECT 1 FROM {Table.CUSTODY_OUT} c WHERE "
+                         f"c.dest = {Table.PAIR_OUT}.dest AND c.priority = {Table.PAIR_OUT}.priority)")
             conn.execute(f"DELETE FROM {Table.PAIR_IN} WHERE NOT EXISTS (SELECT 1 FROM {Table.CUSTODY_IN} c WHERE "
                          f"c.origin = {Table.PAIR_IN}.origin AND c.priority = {Table.PAIR_IN}.priority AND "
                          f"c.epoch = {Table.PAIR_IN}.epoch)")
@@ -372,13 +392,19 @@ class Checkpoint:
             conn.execute(f"UPDATE {Table.CUSTODY_IN} SET syncing = 1")
             conn.execute(f"DELETE FROM {Table.PIECES} WHERE text IN (SELECT id FROM {Table.PARTIALS})")
             conn.execute(f"DELETE FROM {Table.PARTIALS}")
-            conn.execute(f"DELETE FROM {Table.SEND_LIST} WHERE flags & ?", (CUSTODY,))
-            conn.execute(f"UPDATE {Table.SEND_LIST} SET pseq = 0, epoch = '' WHERE substr(from_id, 1, 2) = ?",
-                         (self.host_id,))
+            conn.execute(f"DELETE FROM {Table.SEND_LIST} WHERE flags & ? AND NOT {kept}", (CUSTODY,))
+            doubtful = conn.execute(f"SELECT count(*) FROM {Table.SEND_LIST} WHERE substr(from_id, 1, 2) = ? AND "
+                                    f"pseq = 0 AND NOT flags & ? AND EXISTS (SELECT 1 FROM {Table.CUSTODY_OUT} c "
+                                    f"WHERE c.dest = substr(to_id, 1, 2))", (self.host_id, LOOSE)).fetchone()[0]
+            conn.execute(f"UPDATE {Table.SEND_LIST} SET pseq = 0, epoch = '' WHERE substr(from_id, 1, 2) = ? "
+                         f"AND NOT {kept}", (self.host_id,))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'epoch'", (secrets.token_hex(4),))
             conn.execute(f"DELETE FROM {Table.META} WHERE key = ?", (RESTORED,))
         log.warning("checkpoint %s was restored from a backup taken at %s: this host starts a new epoch with its "
                     "lists as they were then", self.path, meta[RESTORED])
+        if doubtful:
+            log.warning("%d of this host's messages had not left it when the backup was taken: any of them that left "
+                        "after may be delivered twice (docs/LIMITS.md)", doubtful)
 
     def renew_if_restored(self) -> None:
         """The same on an open checkpoint (the simulator's, restored in memory)."""
@@ -405,8 +431,8 @@ class Checkpoint:
                         q(f"SELECT origin, msg_id, to_id, total, crc FROM {Table.SEG_DONE} ORDER BY seq").fetchall(),
                         dict(q(f"SELECT host, epoch FROM {Table.PEER_EPOCH}").fetchall()),
                         q(f"SELECT peer, from_id, msg_id, to_id, total, crc FROM {Table.FORGETS}").fetchall(),
-                        {(d, p): (f, e) for d, p, f, e in
-                         q(f"SELECT dest, priority, first, epoch FROM {Table.CUSTODY_OUT}")},
+                        {(d, p): Kept(f, e, m, bool(s)) for d, p, f, e, m, s in
+                         q(f"SELECT dest, priority, first, epoch, mine, syncing FROM {Table.CUSTODY_OUT}")},
                         {(o, p): (e, bool(s)) for o, p, e, s in
                          q(f"SELECT origin, priority, epoch, syncing FROM {Table.CUSTODY_IN}")})
 

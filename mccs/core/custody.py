@@ -16,11 +16,11 @@ Custody begins when the origin first hears a destination's state (an older MCCS 
 one, so it never makes copies pile up), from the next number it gives: `PairsOut.kept`. Three
 daemon messages carry it (mccs.core.control), each at most DAEMON_ROOM bytes:
 
-    {"state":"1f2e3d4c","p":0,"x":42,"r":"37,40-41","h":"44-45","a":1}
+    {"state":"1f2e3d4c","p":0,"x":42,"r":"37,40-41","h":"44-45","a":1,"m":45}
         destination -> origin, about the origin's epoch 1f2e3d4c, priority 0: every PSEQ below
         x=42 arrived, of which 37, 40 and 41 are still on RECV_LIST (the rest were taken); 44 and
         45 are held for order (h, with a=1 only: the answer to a probe; y, if present, says h
-        stops there for room)
+        stops there for room), and 45 is the highest that ever arrived (m, in an answer)
     {"probe":"1f2e3d4c","p":0,"f":30,"n":46,"k":"37-45"}
         origin -> destination: copies are kept from PSEQ f=30, the next PSEQ is n=46, and these
         of [f, n) are not known taken (n is lowered when k does not fit)
@@ -31,7 +31,10 @@ A destination restored from a backup keeps its custody streams (checkpoint.store
 everything of them out of sight until the probe: what it holds that the probe does not keep was
 taken after the backup and is dropped, what the origin keeps and it lacks comes again. A transit
 host restored from a backup lost what it had acknowledged since: the origin's probe after
-PROBE_FIRST seconds without progress finds the gap and sends it again.
+PROBE_FIRST seconds without progress finds the gap and sends it again. An origin restored from a
+backup keeps its custody streams under the epoch they had (Pairs.epoch_of), with its copies and
+numbered blocks, and numbers nothing new in them until the destination's answer to its probe says
+how far the lost incarnation got (m): then from JUMP past it.
 """
 from __future__ import annotations
 
@@ -40,10 +43,10 @@ import logging
 from typing import Callable, Iterable
 
 from checkpoint import changes as ch
-from checkpoint.changes import CUSTODY, Table
+from checkpoint.changes import CUSTODY, LOOSE, Kept, Table
 
 from mccs.core.effects import Effects
-from mccs.core.envelope import LOOSE, NOTICE, PRIORITY_MAX
+from mccs.core.envelope import NOTICE, PRIORITY_MAX
 from mccs.core.lists import MSGBLOK, BlockState
 from mccs.core.notices import DAEMON_ROOM, NAME, Notices
 from mccs.core.host import HostState
@@ -57,6 +60,7 @@ PROBE_FIRST = 30.0  # seconds without progress before the origin probes, doublin
 PROBE_MOST = 600.0  # ... up to this
 SYNC_MOST = 600.0  # seconds a restored destination waits for an origin's probe before it goes on without
 GRACE = 600.0  # seconds a copy is kept past its ttl (a void of it on the way has told its sender)
+JUMP = 1 << 16  # numbers a restored origin leaves unused, for those it gave after the backup (PSEQ is 32 bits)
 KINDS = ("state", "probe", "sync")
 
 Stream = tuple[str, int]  # (the other host, priority)
@@ -133,8 +137,8 @@ class Custody:
     def keeps(self, blk: MSGBLOK) -> bool:
         """Is a block the next host acknowledged whole kept as a copy?"""
         kept = self.pairs.out.kept.get((blk.dest, blk.priority))
-        return (kept is not None and blk.origin == self.host and blk.pseq >= kept[0]
-                and blk.epoch == self.pairs.epoch)
+        return (kept is not None and blk.origin == self.host and blk.pseq >= kept.first
+                and blk.epoch == self.pairs.epoch_of(blk.dest, blk.priority))
 
     def keep(self, fx: Effects, blk: MSGBLOK) -> None:
         """The next host has it (it left SEND_LIST's sight): kept until it is taken there."""
@@ -169,19 +173,15 @@ class Custody:
         stream = (dest, _int(body, "p"))
         x, taken_not = _int(body, "x"), parse_ranges(_str(body, "r"))
         held, upto = parse_ranges(_str(body, "h")), _int(body, "y") if "y" in body else None
-        if body["state"] != self.pairs.epoch:
+        if body["state"] != self.pairs.epoch_of(*stream):
             return  # about an earlier incarnation of this host
         kept, epoch = self.pairs.out.kept.get(stream), _str(body, "e")
-        if kept is None or kept[1] != epoch:  # (a destination restored since keeps custody, from there on)
-            first = self.pairs.out.next.get(stream, 1) if kept is None else kept[0]
-            self.pairs.out.kept[stream] = (first, epoch)
-            fx.change(ch.set_custody_out(*stream, first, epoch))
         if kept is None:
-            self.counters["custody_begun"] += 1
-            log.info("%s: %s takes custody: messages for it at priority %d are kept until taken there, from %d",
-                     self.host, dest, stream[1], first)
-            self.probe_at[stream] = (0.0, PROBE_FIRST)
+            self._begin(fx, stream, epoch)
             return
+        if kept.epoch != epoch:  # (a destination restored since keeps custody, from there on)
+            kept.epoch = epoch
+            fx.change(ch.set_custody_out(*stream, kept))
         copies = self.copies.get(stream, {})
         released = [n for n in copies if n < x and not within(taken_not, n)]
         for n in released:
@@ -189,12 +189,38 @@ class Custody:
         self.counters["custody_released"] += len(released)
         if released and stream in self.copies:
             self.probe_at[stream] = (wall + PROBE_FIRST, PROBE_FIRST)
+        if body.get("a") and kept.syncing:
+            self._synced(fx, stream, _int(body, "m") if "m" in body else max([x - 1, *(b for _, b in held)]), wall)
         if body.get("a"):  # those it lacks, unless they may well be on their way still, or their ttl nearly
             for n, blk in sorted(self.copies.get(stream, {}).items()):  # passed (the first copy's void tells)
                 if (n >= x and not within(held, n) and (upto is None or n < upto)
                         and self.since.get(blk.seq, 0.0) <= wall - PROBE_FIRST
                         and not 0 < blk.expires <= wall + PROBE_FIRST):
                     self._again(fx, stream, n)
+
+    def _begin(self, fx: Effects, stream: Stream, epoch: str) -> None:
+        """A stream's first state: custody begins from its next number, and a probe at once tells
+        the destination so."""
+        kept = self.pairs.out.kept[stream] = Kept(self.pairs.out.next.get(stream, 1), epoch)
+        fx.change(ch.set_custody_out(*stream, kept))
+        self.counters["custody_begun"] += 1
+        log.info("%s: %s takes custody: messages for it at priority %d are kept until taken there, from %d",
+                 self.host, stream[0], stream[1], kept.first)
+        self.probe_at[stream] = (0.0, PROBE_FIRST)
+
+    def _synced(self, fx: Effects, stream: Stream, top: int, wall: float) -> None:
+        """The destination answered this origin, restored from a backup: numbering goes on past the
+        highest it has seen (`top`), and past room (JUMP) for those given after the backup that may
+        still be on their way (the destination passes the gap at the next probe). The blocks stored
+        meanwhile go on, numbered as they leave."""
+        kept = self.pairs.out.kept[stream]
+        n = self.pairs.out.next[stream] = max(self.pairs.out.next.get(stream, 1), top + 1) + JUMP
+        kept.syncing = False
+        fx.change(ch.set_pair_out(*stream, n), ch.set_custody_out(*stream, kept))
+        self.counters["custody_synced"] += 1
+        log.warning("%s: %s has seen up to %d of this host's stream at priority %d (restored from a backup): "
+                    "numbering goes on from %d", self.host, stream[0], top, stream[1], n)
+        self.probe_at[stream] = (wall + PROBE_FIRST, PROBE_FIRST)
 
     def _again(self, fx: Effects, stream: Stream, pseq: int) -> None:
         """A copy the destination does not have: on SEND_LIST again, the same number and epoch."""
@@ -211,11 +237,12 @@ class Custody:
         """Tell the destination which numbers are not known taken: the copies, and those numbered
         blocks still on SEND_LIST."""
         dest, priority = stream
-        (first, epoch), n = self.pairs.out.kept[stream], self.pairs.out.next.get(stream, 1)
+        stream_kept, n = self.pairs.out.kept[stream], self.pairs.out.next.get(stream, 1)
+        first, mine = stream_kept.first, self.pairs.epoch_of(dest, priority)
         kept = set(self.copies.get(stream, {}))
         kept.update(b.pseq for b in self.lists.send.queue(dest, priority)
-                    if b.origin == self.host and b.pseq >= first and b.epoch == self.pairs.epoch)
-        body = {"probe": self.pairs.epoch, "p": priority, "e": epoch, "f": first, "n": n}
+                    if b.origin == self.host and b.pseq >= first and b.epoch == mine)
+        body = {"probe": mine, "p": priority, "e": stream_kept.epoch, "f": first, "n": n}
         text, cut = ranges(sorted(kept), _room(body, "k"))
         body.update(n=n if cut is None else cut, k=text)
         self.counters["custody_probes"] += 1
@@ -261,7 +288,7 @@ class Custody:
 
     def _sync(self, dest: str, body: dict) -> None:
         stream = (dest, _int(body, "p"))
-        if body["sync"] == self.pairs.epoch and stream in self.pairs.out.kept:
+        if stream in self.pairs.out.kept and body["sync"] == self.pairs.epoch_of(*stream):
             self.probe_at[stream] = (0.0, PROBE_FIRST)
 
     def states(self, fx: Effects, wall: float) -> float | None:
@@ -298,7 +325,7 @@ class Custody:
                          and 0 < b.pseq < pair.expect)
         body: dict = {"state": pair.epoch, "p": priority, "e": self.pairs.epoch, "x": pair.expect}
         if answer:  # (room kept for what an answer adds)
-            body.update(a=1, h="", y=10 ** 12)
+            body.update(a=1, h="", y=10 ** 12, m=max([pair.expect - 1, *pair.held]))
         text, cut = ranges(on_list, _room(body, "r"))
         if cut is not None:  # the rest does not fit: say less is taken
             body["x"] = cut
@@ -344,7 +371,8 @@ class Custody:
             elif at <= wall:
                 if stream in self.pairs.out.kept:
                     self.probe(fx, stream, wall)
-                if not any(not b.flags & NOTICE for b in self.copies.get(stream, {}).values()):
+                if (not self.pairs.out.syncing(*stream)  # (a restored origin asks until it is answered)
+                        and not any(not b.flags & NOTICE for b in self.copies.get(stream, {}).values())):
                     del self.probe_at[stream]  # nothing kept, or daemon messages only: no probe of their own
                     continue
                 at, wait = wall + wait, min(wait * 2, PROBE_MOST)
@@ -383,7 +411,9 @@ class Custody:
         return {"copies": {f"{d}/p{p}" if p else d: len(c) for (d, p), c in sorted(self.copies.items())},
                 "owed": len(self.dirty.keys() | self.lists.recv.left.keys()),  # streams with a state to come
                 "syncing": sorted(f"{o}/p{p}" if p else o for (o, p), pair in self.pairs.into.pairs.items()
-                                  if pair.syncing)}
+                                  if pair.syncing),
+                "syncing_to": sorted(f"{d}/p{p}" if p else d for (d, p), k in self.pairs.out.kept.items()
+                                     if k.syncing)}  # (restored: no new number before the destination answers)
 
 
 def _room(body: dict, key: str) -> int:

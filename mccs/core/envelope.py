@@ -38,8 +38,8 @@ PRIORITY_SHIFT = 5  # on the wire, FLAGS >> 5 is the priority (HELD, stored only
 PRIORITY_MAX = 7
 REPLY = 0x40  # stored: the answer to a request (USER_ID = the request's MSG_ID); only that request takes it
 FAILED = 0x80  # stored: a reply with ok=False
-#  0x100 is checkpoint.changes.CUSTODY (stored: a copy kept for custody)
-LOOSE = 0x200  # stored: goes without an end-to-end number (custody's own messages, which need no order)
+#  0x100 and 0x200 are checkpoint.changes.CUSTODY and LOOSE (stored only: custody's)
+NO_EPOCH = "00000000"  # the epoch of an unnumbered message (but custody's own: its origin's)
 
 
 def to_wire(flags: int) -> int:
@@ -64,7 +64,7 @@ def from_wire(flags: int, from_daemon: bool) -> int:
 class Envelope:
     hops: int = 0
     flags: int = 0
-    epoch: str = "00000000"  # 8 hex digits
+    epoch: str = NO_EPOCH  # 8 hex digits
     pseq: int = 0
     ttl: int = 0  # tenths of a second left; 0: no limit
     priority: int = 0  # 0 to 7: a waiting message of higher priority goes first on every line
@@ -83,7 +83,7 @@ def ttl_left(expires: float, wall: float) -> int:
 
 def wrap(to_id: str, from_id: str, msg_id: int, user_id: int, data: bytes, env: Envelope) -> bytes:
     flags = env.flags & ~(PRIORITY_MAX << PRIORITY_SHIFT) | env.priority << PRIORITY_SHIFT
-    trailer = TRAILER.pack(MARK, min(env.hops, 255), flags, bytes.fromhex(env.epoch or "00000000"), env.pseq,
+    trailer = TRAILER.pack(MARK, min(env.hops, 255), flags, bytes.fromhex(env.epoch or NO_EPOCH), env.pseq,
                            env.ttl)
     return image.encode(to_id, from_id, msg_id, user_id, bytes(data) + trailer)
 

@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Callable, Iterator, TypeGuard
 
 from checkpoint import changes as ch
-from checkpoint.changes import Stored, Table
+from checkpoint.changes import LOOSE, Stored, Table
 from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                          PeerRefused, image)
 
@@ -576,6 +576,9 @@ class Lines:
                 return  # may pass it unnumbered (the line signed on as version 1: it waits for a routed one)
             if blk.parked_until > wall or blk.held or self.holds(blk, wall):  # one for a name at its quota waits
                 continue
+            if (not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE
+                    and self.pairs.out.syncing(dest, priority)):
+                continue  # no number before the destination says how far it got (mccs.core.custody)
             if not self.blobs.ready(blk.data):  # its text is committed with this pass: it, and all after it, wait
                 return
             if blk.line not in (None, lcb.peer):  # going in segments on the line of an earlier route: it first
@@ -588,6 +591,11 @@ class Lines:
         for blk in self.lists.send.queue(dest, priority):
             while blk.more_on(lcb.peer) and not blk.held:
                 yield blk
+
+    def _unnumbered_epoch(self, blk: MSGBLOK) -> str:
+        """Custody's own messages (LOOSE) carry this host's epoch without a number: a destination
+        learns from them that this host was renewed (mccs.core.receiver)."""
+        return self.pairs.epoch if blk.flags & LOOSE else envelope.NO_EPOCH
 
     def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects, wall: float) -> bool:
         """Hand the machine the block, or its next segment; False if it must wait (too large for the peer)."""
@@ -606,15 +614,12 @@ class Lines:
         if isinstance(text, Stored):
             return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS)")
         if lcb.routed:
-            if not blk.pseq and blk.origin == self.host and not blk.flags & envelope.LOOSE:  # numbered as it
+            if not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE:  # numbered as it
                 # first leaves on a routing line
-                blk.pseq, changes = self.pairs.out.number(blk.dest, blk.priority)  # (kept if its destination
-                # keeps custody of another stream of this host's)
-                blk.epoch = self.pairs.epoch
-                fx.change(*changes, ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
+                fx.change(*self.pairs.number(blk), ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
             flags = envelope.to_wire(blk.flags) | (envelope.SEGMENT if end is not None else 0)
             img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text,
-                                Envelope(blk.hops, flags, blk.epoch or "00000000", blk.pseq,
+                                Envelope(blk.hops, flags, blk.epoch or self._unnumbered_epoch(blk), blk.pseq,
                                          envelope.ttl_left(blk.expires, wall), blk.priority))
         else:
             img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text)

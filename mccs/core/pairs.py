@@ -7,7 +7,8 @@ the previous hop like any other) but held back until the gap is filled; a PSEQ b
 expected, or one already held, is a copy that came twice (a retransmission after a crash, or
 two paths) and is dropped. Unlike the duplicate window of 16-bit MSG_IDs, this is exact.
 
-A new epoch of an origin (its checkpoint was started afresh) starts its numbering again.
+A new epoch of an origin (its checkpoint was started afresh) starts its numbering again, but in
+the streams kept in custody across a restore from a backup, which keep the epoch they had.
 
 A stream whose origin keeps custody copies (mccs.core.custody) is kept across a restore of its
 destination from a backup: it is `syncing` until the origin's probe says which of the restored
@@ -23,7 +24,7 @@ from enum import StrEnum
 from typing import Callable
 
 from checkpoint import changes as ch
-from checkpoint.changes import Change
+from checkpoint.changes import Change, Kept
 
 from mccs.core.lists import MSGBLOK
 
@@ -45,10 +46,9 @@ class PairIn:
 
 class PairsOut:
     """This origin's next PSEQ per (destination host, priority), and the streams it keeps custody
-    copies of: `kept`, from which PSEQ, and the destination's epoch when it began."""
+    copies of (`kept`)."""
 
-    def __init__(self, next_by_dest: dict[tuple[str, int], int],
-                 kept: dict[tuple[str, int], tuple[int, str]] | None = None):
+    def __init__(self, next_by_dest: dict[tuple[str, int], int], kept: dict[tuple[str, int], Kept] | None = None):
         self.next = dict(next_by_dest)
         self.kept = dict(kept or {})
 
@@ -57,11 +57,19 @@ class PairsOut:
         self.next[dest, priority] = pseq + 1
         changes = [ch.set_pair_out(dest, priority, pseq + 1)]
         if (dest, priority) not in self.kept:
-            other = next((v for (d, _), v in self.kept.items() if d == dest), None)
+            other = next((k for (d, _), k in self.kept.items() if d == dest), None)
             if other is not None:  # the destination keeps custody of this host's streams: of this one too
-                self.kept[dest, priority] = (pseq, other[1])
-                changes.append(ch.set_custody_out(dest, priority, pseq, other[1]))
+                self.kept[dest, priority] = Kept(pseq, other.epoch)
+                changes.append(ch.set_custody_out(dest, priority, self.kept[dest, priority]))
         return pseq, changes
+
+    def custody(self, dest: str) -> bool:
+        """Does `dest` keep custody of this host's messages (of any of its streams)?"""
+        return any(d == dest for d, _ in self.kept)
+
+    def syncing(self, dest: str, priority: int) -> bool:
+        kept = self.kept.get((dest, priority))
+        return kept is not None and kept.syncing
 
     def restart(self, dest: str) -> list[Change]:
         """`dest` was started afresh: it expects 1 next, at every priority but those kept in
@@ -159,3 +167,15 @@ class Pairs:
     epoch: str
     out: PairsOut
     into: PairsIn
+
+    def epoch_of(self, dest: str, priority: int) -> str:
+        """The epoch a stream is numbered under: this host's, or for a stream kept in custody across
+        a restore from a backup, the one it had before."""
+        kept = self.out.kept.get((dest, priority))
+        return kept.mine if kept is not None and kept.mine else self.epoch
+
+    def number(self, blk: MSGBLOK) -> list[Change]:
+        """Give one of this host's blocks its PSEQ (and epoch); the changes that store the count."""
+        blk.pseq, changes = self.out.number(blk.dest, blk.priority)
+        blk.epoch = self.epoch_of(blk.dest, blk.priority)
+        return changes

@@ -126,15 +126,18 @@ class MessageReceiver:
         elif env is not None and env.pseq:
             self._in_order(src, m, env, fx, wall)
         else:
-            self._by_window(src, m, fx, wall)
+            self._by_window(src, m, env, fx, wall)
 
-    def _by_window(self, src: Arrival, m: Incoming, fx: Effects, wall: float) -> None:
-        """docs/DESIGN.md's rule: a key among the last ones received from its origin is a duplicate."""
-        if m.key in self.dups:
+    def _by_window(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, wall: float) -> None:
+        """docs/DESIGN.md's rule: a key among the last ones received from its origin is a duplicate.
+        But custody's own messages, which carry their origin's epoch without a number: a copy of one
+        does no harm, and an origin restored from a backup gives their MSG_IDs again (mccs.core.custody)."""
+        loose = env is not None and env.epoch != envelope.NO_EPOCH
+        if m.key in self.dups and not loose:
             self._duplicate(src, m, fx)
             return
         blk, add = self._block(src, m, Envelope(), wall, Table.RECV_LIST)
-        fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
+        fx.change(*([] if loose else self.dups.add(m.origin, m.msg_id, blk.seq)), add)
         fx.trace("msg", "received", src.peer, src.proto, **fields(m))
         self._deliver(blk, fx, wall)
 
@@ -145,7 +148,9 @@ class MessageReceiver:
             log.warning("%s: %s was started afresh (epoch %s): its old MSG_IDs are forgotten", self.host, m.origin,
                         env.epoch)
             fx.change(*self.forget(m.origin))
-        if m.key in self.dups:
+        pair = self.pairs.into.pairs.get((m.origin, env.priority))  # in custody, its numbers alone are exact (an
+        exact = pair is not None and pair.custody and pair.epoch == env.epoch  # origin restored gives ids again)
+        if m.key in self.dups and not exact:
             self._duplicate(src, m, fx)
             return
         blk, add = self._block(src, m, env, wall, Table.RECV_LIST)
@@ -230,7 +235,8 @@ class MessageReceiver:
         stored = m.data if isinstance(m.data, Stored) else None
         flags = from_wire(env.flags, m.from_id[2:].rstrip() == DAEMON_NAME)
         blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
-                      env.hops if hops is None else hops, env.pseq, env.epoch if env.pseq else "",
+                      env.hops if hops is None else hops, env.pseq,
+                      env.epoch if env.pseq or env.epoch != envelope.NO_EPOCH else "",
                       wall + env.ttl / 10 if env.ttl else 0.0, flags, crc=stored.crc if stored else 0,
                       priority=env.priority)
         if stored:

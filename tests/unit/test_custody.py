@@ -6,9 +6,12 @@ from __future__ import annotations
 import base64
 import collections
 import json
+import sqlite3
 
 import pytest
 
+from checkpoint.changes import Kept
+from checkpoint.store import SCHEMA_VERSION, Checkpoint
 from mccs.core import custody
 from mccs.core.custody import parse_ranges, ranges
 from mccs.core.envelope import NOTICE
@@ -40,10 +43,11 @@ class Flow:
         self.net, self.src, self.dst = net, net.client("AA", "S"), net.client("CC", "R")
         self.sent = 0
         self.got: list[bytes] = []
+        self.ids: list[int] = []  # the MSG_IDs given, in order
 
     def send(self, n: int) -> None:
         for _ in range(n):
-            self.src.send("CCR", b"m%d" % self.sent)
+            self.ids.append(self.src.send("CCR", b"m%d" % self.sent)["msg_id"])
             self.sent += 1
 
     def take(self, n: int | None = None, timeout: float = 5.0) -> None:
@@ -156,19 +160,46 @@ def test_a_transit_host_restored_from_a_backup_loses_nothing(tmp_path):
     assert net["AA"].kernel.counters["custody_resent"] >= 4  # found by the probe, sent again from AA
 
 
-def test_an_origin_restored_from_a_backup_holds_nothing_for_good(tmp_path):
+def test_an_origin_restored_from_a_backup_sends_again_under_the_same_numbers_and_delivers_nothing_twice(tmp_path):
     net = _chain(tmp_path)
     flow = Flow(net)
     flow.send(2)
     flow.take(2)
     assert net.run(lambda: _established(net), duration=30)
-    flow.send(3)
-    flow.take(3)
+    net.channel("AA", "BB").disconnect()
+    flow.send(4)  # numbered as they are stored: in the backup with their numbers
+    aa = net["AA"].kernel
+    assert [b.pseq for b in aa.lists.send if not b.flags & NOTICE] == [3, 4, 5, 6]
     backup = net["AA"].backup()
-    net["AA"].restore(backup)  # (messages accepted after a backup are lost with the disk: none here)
+    net.channel("AA", "BB").reconnect()
+    flow.send(3)  # accepted after the backup: lost with AA's disk, but on their way before
+    flow.take(5)  # 4 of the backup's and 1 after it taken at CC; 2 wait there
+    net["AA"].restore(backup)
+    aa = net["AA"].kernel
+    assert aa.pairs.out.kept[("CC", 0)].syncing  # no new number before CC says how far it got
+    assert aa.pairs.epoch_of("CC", 0) != aa.pairs.epoch  # the stream keeps the epoch it had
     flow.src = net.client("AA", "S")
-    flow.send(3)
-    flow.check()
+    flow.send(3)  # new ones, given the MSG_IDs of the 3 lost with the disk again
+    assert set(flow.ids[-3:]) & set(flow.ids[-6:-3])  # (CC still holds those ids in its duplicate window)
+    flow.check()  # the backup's 4 sent again are known by their numbers at CC, the new ones are not
+    assert aa.counters["custody_synced"] == 1
+    assert [b.pseq for b in aa.lists.send] == [] and aa.pairs.out.next[("CC", 0)] > custody.JUMP
+
+
+def test_a_schema_10_checkpoint_is_migrated_its_custody_streams_numbered_under_the_hosts_epoch(tmp_path):
+    path = tmp_path / "AA.db"
+    Checkpoint(path, "AA").close()
+    conn = sqlite3.connect(path)  # back to version 10: custody_out without mine and syncing
+    with conn:
+        for column in ("mine", "syncing"):
+            conn.execute(f"ALTER TABLE custody_out DROP COLUMN {column}")
+        conn.execute("INSERT INTO custody_out (dest, priority, first, epoch) VALUES ('CC', 0, 12, '9a8b7c6d')")
+        conn.execute("UPDATE meta SET value = '10' WHERE key = 'schema_version'")
+    conn.close()
+    cp = Checkpoint(path, "AA")
+    assert cp.restore().custody_out == {("CC", 0): Kept(12, "9a8b7c6d", "", False)}
+    assert cp.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    cp.close()
 
 
 @pytest.mark.parametrize("body", [{"state": "abcd1234", "p": "0", "e": "", "x": 3}, {"state": "abcd1234", "p": 0},
