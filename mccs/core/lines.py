@@ -593,8 +593,8 @@ class Lines:
                 yield blk
 
     def _unnumbered_epoch(self, blk: MSGBLOK) -> str:
-        """Custody's own messages (LOOSE) carry this host's epoch without a number: a destination
-        learns from them that this host was renewed (mccs.core.receiver)."""
+        """Custody's own messages (LOOSE) carry this host's epoch without a number, which tells the
+        destination to take them without its MSG_ID window (mccs.core.receiver)."""
         return self.pairs.epoch if blk.flags & LOOSE else envelope.NO_EPOCH
 
     def _hand(self, lcb: LineControlBlock, blk: MSGBLOK, fx: Effects, wall: float) -> bool:

@@ -63,10 +63,6 @@ class PairsOut:
                 changes.append(ch.set_custody_out(dest, priority, self.kept[dest, priority]))
         return pseq, changes
 
-    def custody(self, dest: str) -> bool:
-        """Does `dest` keep custody of this host's messages (of any of its streams)?"""
-        return any(d == dest for d, _ in self.kept)
-
     def syncing(self, dest: str, priority: int) -> bool:
         kept = self.kept.get((dest, priority))
         return kept is not None and kept.syncing
