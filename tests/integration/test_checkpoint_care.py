@@ -9,7 +9,7 @@ import time
 import pytest
 
 import mccs
-from mccs.testbed.hosts import DaemonProcess, mccs_cli, write_config
+from mccs.testbed.hosts import DaemonProcess, mccs_cli, wait_until, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.vserial import Lines
 
@@ -47,8 +47,11 @@ def test_a_backup_taken_during_traffic_restores_into_a_daemon_that_delivers_ever
                         time.sleep(0.005)
             sender = threading.Thread(target=traffic)
             sender.start()
-            while len(accepted) < 150:
-                time.sleep(0.01)
+            # the backup starts once 300 messages wait on AA's SEND_LIST (not once 150 were accepted):
+            # the line takes about 10 s to carry them, more than the backup takes even on a loaded
+            # machine, where a backup of a few seconds once let BB have all of the first 150 first
+            with mccs.connect(a.config, None) as admin:
+                wait_until(lambda: admin.status()["lists"]["send"] >= 300, 60, "300 messages waiting at AA")
             backup_started = time.monotonic()
             run = mccs_cli("checkpoint", "backup", "-c", str(a.config), str(tmp_path / "AA.backup"), timeout=60)
             assert run.returncode == 0, run.stderr

@@ -120,12 +120,37 @@ def test_queue_on_a_running_and_a_stopped_daemon_hold_release_and_purge_change_w
     assert _entries(a) == {}
 
 
-def _watch(daemon: DaemonProcess, *args: str, seconds: float = 2.5, stdout=subprocess.PIPE):
+def _watch(daemon: DaemonProcess, *args: str, frames: int = 2, mark: bytes = b"host AA", tty: bool = False):
+    """`mccs status --watch` on a pipe (or a pseudo-terminal) until it has shown `frames` frames (each
+    says `mark`), however long it takes to start, then Ctrl-C. Returns its exit status, its
+    output and stderr, and the seconds between its first two frames."""
+    main, side = os.openpty() if tty else os.pipe()
     proc = subprocess.Popen([sys.executable, "-m", "mccs.cli", "status", "--watch", "-c", str(daemon.config), *args],
-                            stdout=stdout, stderr=subprocess.PIPE)
-    time.sleep(seconds)
-    proc.send_signal(signal.SIGINT)  # Ctrl-C
-    return proc
+                            stdout=side, stderr=subprocess.PIPE)
+    os.close(side)
+    out, came, stopped, deadline = b"", [], False, time.monotonic() + 30  # came: when each frame did
+    try:
+        while True:
+            assert time.monotonic() < deadline, f"not {frames} frames of {mark!r} in 30 s, or no end: {out!r}"
+            if not select.select([main], [], [], 0.2)[0]:
+                continue
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # a pseudo-terminal whose other side is closed and drained
+                chunk = b""
+            if not chunk:
+                break
+            out += chunk
+            came += [time.monotonic()] * (out.count(mark) - len(came))
+            if len(came) >= frames and not stopped:
+                proc.send_signal(signal.SIGINT)  # Ctrl-C
+                stopped, deadline = True, time.monotonic() + 15
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        os.close(main)
+    return proc.wait(15), out.decode(errors="replace"), proc.stderr.read().decode(), came[1] - came[0]
 
 
 @pytest.mark.timeout(90)
@@ -134,47 +159,32 @@ def test_status_watch_refreshes_every_second_and_ctrl_c_ends_it(pair):
     _line(a, "UP")
     with mccs.connect(a.config, "P") as p:
         p.send("BBR", b"x" * 100)
-    proc = _watch(a)
-    out, err = proc.communicate(timeout=10)
-    assert proc.returncode == 0, err
-    frames = [f for f in out.decode().split("\n\n\n") if f.strip()]  # not a terminal: frames a blank line apart
+    code, out, err, gap = _watch(a)
+    assert code == 0, err
+    assert gap < 3  # a frame a second
+    frames = [f for f in out.split("\n\n\n") if f.strip()]  # not a terminal: frames a blank line apart
     assert len(frames) >= 2 and all("host AA" in f and "RETX/MIN" in f for f in frames), out
-    assert "\033[" not in out.decode()
+    assert "\033[" not in out
     row = next(r for r in frames[1].splitlines() if r.startswith("BB "))
     assert row.split()[2] == "UP" and row.split()[3].isdigit() and row.split()[4].isdigit()  # rates in the 2nd
 
-    proc = _watch(a, "--json")
-    out, err = proc.communicate(timeout=10)
-    frames = [json.loads(f) for f in out.decode().splitlines()]
-    assert proc.returncode == 0 and len(frames) >= 2
+    code, out, err, gap = _watch(a, "--json", mark=b'"lines"')
+    frames = [json.loads(f) for f in out.splitlines()]
+    assert code == 0 and len(frames) >= 2, err
     assert frames[0]["lines"][0]["rate_in"] is None and frames[1]["lines"][0]["rate_in"] >= 0
     assert frames[1]["lines"][0]["retransmissions_last_minute"] >= 0 and "oldest_waiting" in frames[1]
 
     a.stop()  # a daemon that stops is waited for, a frame a second
-    proc = _watch(a, seconds=3.0)
-    out, err = proc.communicate(timeout=15)
-    assert proc.returncode == 0 and out.decode().count("the daemon does not answer") >= 2, (out, err)
+    code, out, err, gap = _watch(a, mark=b"the daemon does not answer")
+    assert code == 0 and out.count("the daemon does not answer") >= 2 and gap < 3, (out, err)
 
 
 @pytest.mark.timeout(60)
 def test_status_watch_on_a_terminal_clears_the_screen_for_each_frame(pair):
     a, b = pair
-    main, side = os.openpty()
-    proc = _watch(a, stdout=side)
-    os.close(side)
-    proc.wait(timeout=10)
-    out = b""
-    while select.select([main], [], [], 0.2)[0]:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # the other side is closed and drained
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    assert proc.returncode == 0
-    assert out.count(b"\033[H\033[2J") >= 2 and out.count(b"host AA") >= 2
+    code, out, err, gap = _watch(a, tty=True)
+    assert code == 0, err
+    assert out.count("\033[H\033[2J") >= 2 and out.count("host AA") >= 2
 
 
 @pytest.mark.timeout(150)
