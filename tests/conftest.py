@@ -11,9 +11,64 @@ from hypothesis import settings
 settings.register_profile("mccs", deadline=None, max_examples=200)
 settings.load_profile("mccs")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# The tests' Spark JVMs (the local sessions, `mccs analyze` in child processes) each run a few small
+# jobs, where the JIT's optimising compiler (C2) costs more CPU than it saves: the client compiler
+# alone (C1) takes a third off a session's start and first analysis, and the suite shares two
+# cores. Set through Spark's own variable for the JVMs it launches, which prints nothing (unlike
+# JAVA_TOOL_OPTIONS); set it empty to test with C2. (`./dev test` adds a class-data archive: dev.)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 OLD_COMMIT = "5bef087"  # line drivers from before the BSC announcement and the sign-on's EPOCH=
 BEFORE_EPOCH = "7f2b271"  # line drivers with the BSC announcement, from before EPOCH=
+
+
+# -- in parallel (pytest-xdist: `./dev test` runs `--dist loadgroup`, two workers a core) ----------
+# The order the tests are handed out in. An xdist_group goes first, whole to one worker: the tests
+# that take the `spark` fixture (they share its session, tests/spark/conftest.py). Then the other
+# tests one by one in this order: the long ones first, so that none starts late and ends the run
+# alone; then the rest of the Spark and integration tiers; the unit tier last, short tests on the
+# CPU that fill the gaps. A name here that no longer matches only loses its place in the order.
+LONG_FIRST = (
+    "tests/integration/test_custody_restore.py",
+    "tests/integration/test_routing_network.py::test_loopback_ring",
+    "tests/integration/test_crash_recovery.py",
+    "tests/spark/test_analyze_report.py::test_report_of_",      # (a JVM each: not all at the start)
+    "tests/integration/test_large_network.py",
+    "tests/integration/test_network.py::test_three_hosts_mesh",
+    "tests/integration/test_demo.py",
+    "tests/integration/test_priority_daemons.py::test_an_urgent_message_overtakes",
+    "tests/integration/test_network.py::test_loopback_command",
+    "tests/integration/test_loopback_notices.py::test_ring_of_five",
+    "tests/integration/test_queue_daemons.py::test_queue_on_a_running",
+    "tests/integration/test_checkpoint_care.py::test_a_backup_taken_during_traffic",
+    "tests/spark/test_analyze.py::test_no_traces",
+    "tests/integration/test_bench_route.py",
+    "tests/integration/test_line_over_pty.py",
+)
+TIER_RANK = {"spark": 1, "integration": 1, "unit": 2}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        long = [i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)]
+        return (0, long[0]) if long else (TIER_RANK.get(item.path.parent.name, 1), 0)
+    items.sort(key=rank)        # stable: a module's tests keep their order
+    for item in items:      # a test that takes the Spark session is in a group, "spark" unless it names one
+        if "spark" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+    # pytest-xdist 3.8 tells its loadgroup scheduler a test's xdist_group by appending "@group" to
+    # the test's node id (`item._nodeid`), which pytest 9.2's structured node ids ignore: the marks
+    # would be silently dropped (pytest-xdist issue 1386). Where that happened, append it to the
+    # structured id as xdist meant to (as its open pull request 1388 does).
+    if not getattr(config.option, "loadgroup", False):      # (set on the workers of --dist loadgroup)
+        return
+    from _pytest.nodeid import NodeId
+    for item in items:
+        groups = sorted({m.args[0] if m.args else m.kwargs.get("name", "default")
+                         for m in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid and isinstance(getattr(item, "_id", None), NodeId):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 @pytest.fixture(scope="session")

@@ -143,19 +143,15 @@ def _analyze(args: list[str], on_terminal: bool) -> tuple[int, str]:
 
 @pytest.mark.spark
 @pytest.mark.timeout(180)
-def test_short_window_bins_counted_in_the_first_pass(tmp_path):
+def test_short_window_bins_counted_in_the_first_pass(spark, tmp_path):
     """--since/--until ten minutes long: 5-second bins, counted in the first pass (known before it),
     agree with a count of the files; latency per bin over the same window."""
-    from mccs.analytics.spark import analyze, start_session
+    from mccs.analytics.spark import analyze
     answers = generate(tmp_path / "traces", hosts=3, messages=400)
     root = str(tmp_path / "traces")
     since = answers["accepted_times"][100]
     until = since + 600
-    spark = start_session("local[2]")
-    try:
-        summary = analyze(spark, [root], since=since, until=until)
-    finally:
-        spark.stop()
+    summary = analyze(spark, [root], since=since, until=until)
     assert summary["time_bin_seconds"] == 5
     got = Counter({(r["host"], next(h for h in r["line"].split("-") if h != r["host"]), r["start"]): r["bytes"]
                    for r in summary["_tables"]["traffic"] if r["dir"] == "tx" and r["bytes"]})

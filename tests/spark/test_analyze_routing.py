@@ -17,14 +17,6 @@ T = 1_700_000_000.0
 PROTO = "async"
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from mccs.analytics.spark import start_session
-    s = start_session("local[2]")
-    yield s
-    s.stop()
-
-
 class Traces:
     """Events per host, as the daemons write them (docs/DESIGN.md 6), with the message fields."""
 
