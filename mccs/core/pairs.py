@@ -135,10 +135,11 @@ class PairsIn:
         the blocks now ready (in order), those dropped, and the changes that store the pair."""
         pair = self.pairs.get(stream)
         ready: list[MSGBLOK] = []
-        if pair is None or pair.epoch != epoch:  # unknown here (forgotten in a restore), or a new incarnation
-            if pair is not None:
+        if pair is None or pair.epoch != epoch:  # unknown here (forgotten in a restore, or nothing came yet), or a
+            if pair is not None:  # new incarnation
                 ready = [pair.held[n] for n in sorted(pair.held)]
-            pair = self.pairs[stream] = PairIn(epoch, low)
+            pair = self.pairs[stream] = PairIn(epoch, 1 if since else low)  # (not restored since custody began:
+            # nothing of it came yet, and those numbered before custody, below `first`, may be on their way)
         dropped = [pair.held.pop(n) for n in sorted(pair.held)
                    if pair.syncing and first <= n < upto and not kept(n)]
         if pair.syncing or pair.expect >= first or not since:

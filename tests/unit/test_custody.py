@@ -216,3 +216,17 @@ def test_a_malformed_custody_message_is_counted_and_dropped(tmp_path, body):
     blk = MSGBLOK(cc.seqs.take(), "CCMCCS", "AAMCCS", 9, 0, json.dumps(body).encode(), 0.0, flags=NOTICE)
     cc.control.arrived(Effects(), blk, 0.0)
     assert cc.counters["bad_daemon_messages"] == 1 and not cc.pairs.into.pairs.get(("AA", 0))
+
+
+def test_a_probe_for_a_stream_nothing_of_which_came_yet_waits_for_the_numbers_before_custody():
+    """Custody of a stream can begin by extension (another stream of the pair has it) while its first
+    messages, numbered before, are still on their way: the probe must not make them duplicates."""
+    from mccs.core.lists import MSGBLOK
+    from mccs.core.pairs import PairsIn, Verdict
+    pairs = PairsIn({})
+    pair, ready, dropped, _ = pairs.settle(("AA", 3), "c5317a80", 11, 11, lambda n: n >= 11, 12, True)
+    assert pair.expect == 1 and not ready and not dropped
+    blk = MSGBLOK(1, "CCR   ", "AAS   ", 6, 6, b"late", 0.0, pseq=1, epoch="c5317a80", priority=3)
+    assert pairs.arrive(blk)[0] is Verdict.DELIVER
+    restored = PairsIn({})  # restored since custody began: it goes on from the lowest the origin keeps
+    assert restored.settle(("AA", 3), "c5317a80", 11, 11, lambda n: n >= 11, 12, False)[0].expect == 11
