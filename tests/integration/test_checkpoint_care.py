@@ -87,6 +87,7 @@ def test_a_backup_taken_during_traffic_restores_into_a_daemon_that_delivers_ever
             b.stop()
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 def test_a_restored_host_starts_a_new_epoch_so_its_msg_ids_given_after_the_backup_are_not_duplicates(tmp_path):
     """The MSG_IDs (and end-to-end numbers) AA gave after the backup are in BB's windows; AA restored
     gives them again. The restored checkpoint takes a new epoch, so BB takes them as new messages."""

@@ -146,6 +146,7 @@ def test_a_transit_host_restored_from_a_backup_loses_nothing(chain):
     assert chain.counter("AA", "custody_resent") >= 15  # those BB had acknowledged after its backup
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 def test_an_origin_restored_from_a_backup_under_traffic_delivers_each_message_once(chain):
     _established(chain)
     chain.send(20)

@@ -139,6 +139,7 @@ def test_three_hosts_mesh_noise_disconnects_and_kill9(tmp_path):
     assert v["ok"]
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.timeout(120)
 def test_loopback_command_detects_an_injected_loss(tmp_path):
     base = [sys.executable, "-m", "mccs.cli", "loopback", "--hosts", "2", "--protocol", "async", "--messages", "60"]

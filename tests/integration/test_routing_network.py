@@ -91,6 +91,7 @@ def test_a_chain_of_four_carries_both_ways_through_a_kill9_of_a_transit_host(tmp
             assert admin.status()["counters"]["forwarded"] > 0
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.timeout(300)
 def test_loopback_ring_routes_between_any_hosts_through_cuts_and_kills(tmp_path):
     v = run_network(Options(hosts=4, topology="ring", protocol="async", baud=19200, messages=1000, kill_every=0.8,

@@ -96,6 +96,7 @@ def traces(tmp_path_factory) -> tuple[str, dict]:
     return str(root), answers
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(300)  # about 40 s; 180 s once with the suite in parallel on a machine loaded besides
 def test_compact_to_parquet_gives_the_same_figures(spark, traces, tmp_path):
@@ -223,6 +224,7 @@ def cluster(tmp_path):
             p.wait()
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(300)
 def test_standalone_cluster_gives_the_local_figures(spark, traces, cluster, tmp_path):
@@ -240,6 +242,7 @@ def test_standalone_cluster_gives_the_local_figures(spark, traces, cluster, tmp_
     assert {k: remote["messages"]["latency"][k] for k in exact} == {k: local["messages"]["latency"][k] for k in exact}
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(240)
 def test_loopback_traces_agree_with_its_verdict(spark, tmp_path, monkeypatch):

@@ -197,6 +197,7 @@ def test_report_of_a_20_second_trace_in_chromium_with_progress_on_a_terminal(tmp
     assert not any(c in page for c in ("http://", "https://", "<script", "src='/", 'src="/'))
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.spark
 @needs_chromium
 @pytest.mark.timeout(300)

@@ -183,6 +183,7 @@ def test_three_hop_chain_figures_and_paths(spark, tmp_path):
     assert "Routing" in html and "<td>expired (hop limit)</td><td class=num>2</td>" in html
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.timeout(240)
 def test_routing_figures_from_parquet_old_and_new(spark, tmp_path):
     """Compacted Parquet keeps hops, reason and notice; Parquet compacted before they were read
@@ -241,6 +242,7 @@ def test_direct_traffic_crosses_one_line_and_lost_paths_end_at_origin(spark, tmp
         assert r["status"] != "lost" or len(hosts) == 1, r
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.timeout(180)
 def test_percentiles_from_brackets_are_sparks_exact_ones(spark, monkeypatch, tmp_path):
     """Above EXACT_UP_TO messages the percentiles come from approximate brackets and the values
