@@ -34,10 +34,11 @@ class Table(StrEnum):
     CUSTODY_OUT = "custody_out"  # per destination host and priority: this origin keeps copies from pseq `first`
     #                              (since the destination's `epoch`)
     CUSTODY_IN = "custody_in"  # per origin host and priority: its custody stream here (epoch), and whether syncing
+    GAPS = "e2e_gaps"  # per origin host, priority, epoch and PSEQ that came refused: until when its stream waits
 
 
 MSGBLOK_COLUMNS = ("seq", "to_id", "from_id", "msg_id", "user_id", "data", "ts", "hops", "pseq", "epoch", "expires",
-                   "flags", "crc", "priority")
+                   "flags", "crc", "priority", "seal")
 WAITING_COLUMNS = ("req", "seq", "from_id", "to_id", "user_id", "data", "ttl", "flags", "priority")
 
 
@@ -85,6 +86,7 @@ class Row:
     flags: int = 0  # mccs.core.envelope's RECEIPT, NOTICE, VOID
     crc: int = 0  # CRC-32 of a text longer than one frame (it goes in segments); 0 otherwise
     priority: int = 0  # 0 to 7: higher goes first
+    seal: bytes = b""  # SEND_LIST: the end-to-end trailer its origin gave it, carried on as it came (mccs.core.e2e)
     acked: int = 0  # SEND_LIST: bytes of it the next host holds (a transfer in segments resumes there;
     #                 kept in SEND_ACKED, not in the row)
     acked_by: str = ""  # SEND_LIST: that next host ("" in a checkpoint from before schema version 8)
@@ -210,7 +212,7 @@ def delete_seg_done(origin: str, msg_id: int) -> Change:
 def set_void(table: Table, seq: int, flags: int, data: bytes = b"", expires: float = 0.0) -> Change:
     """An expired block that keeps its place in its pair's order: its text goes (a void's text is
     at most the reason code of the notice it owes, mccs.core.notices), and its own expiry."""
-    return Change(f"UPDATE {table} SET data = ?, text = 0, expires = ?, flags = ? WHERE seq = ?",
+    return Change(f"UPDATE {table} SET data = ?, text = 0, seal = x'', expires = ?, flags = ? WHERE seq = ?",
                   (data, expires, flags, seq))
 
 
@@ -298,6 +300,17 @@ def set_custody_out(dest: str, priority: int, kept: Kept) -> Change:
                   "VALUES (?, ?, ?, ?, ?, ?)", (dest, priority, kept.first, kept.epoch, kept.mine, int(kept.syncing)))
 
 
+def set_gap(origin: str, priority: int, epoch: str, pseq: int, until: float) -> Change:
+    """A numbered message came refused (mccs.core.e2e): its stream waits for the genuine one until then."""
+    return Change(f"INSERT OR REPLACE INTO {Table.GAPS} (origin, priority, epoch, pseq, until) VALUES (?, ?, ?, ?, ?)",
+                  (origin, priority, epoch, pseq, until))
+
+
+def delete_gap(origin: str, priority: int, epoch: str, pseq: int) -> Change:
+    return Change(f"DELETE FROM {Table.GAPS} WHERE origin = ? AND priority = ? AND epoch = ? AND pseq = ?",
+                  (origin, priority, epoch, pseq))
+
+
 def set_custody_in(origin: str, priority: int, epoch: str, syncing: bool) -> Change:
     """The origin keeps copies of its stream to this host (it probed it); `syncing`: this host was
     restored from a backup and waits for the origin's probe before it hands that stream on."""
@@ -326,3 +339,4 @@ class Restored:
     forgets: list[tuple] = field(default_factory=list)  # (peer, from_id, msg_id, to_id, total, crc) still to tell
     custody_out: dict[tuple[str, int], Kept] = field(default_factory=dict)
     custody_in: dict[tuple[str, int], tuple[str, bool]] = field(default_factory=dict)  # -> (epoch, syncing)
+    gaps: list[tuple[str, int, str, int, float]] = field(default_factory=list)  # (origin, priority, epoch, pseq, until)

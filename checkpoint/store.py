@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 MSGBLOK_SCHEMA = {"seq": int, "to_id": str, "from_id": str, "msg_id": int, "user_id": int, "data": bytes,
                   "ts": float, "hops": int, "pseq": int, "epoch": str, "expires": float, "flags": int, "crc": int,
-                  "priority": int, "text": int}
+                  "priority": int, "text": int, "seal": bytes}
 PARTIALS_SCHEMA = {"id": int, "origin": str, "msg_id": int, "to_id": str, "total": int, "crc": int, "got": int,
                    "run": int, "ts": float, "peer": str}
 FORGETS_SCHEMA = {"peer": str, "from_id": str, "msg_id": int, "to_id": str, "total": int, "crc": int}
@@ -42,10 +42,11 @@ PAIR_OUT_SCHEMA = {"dest": str, "priority": int, "next": int}
 PAIR_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "expect": int}
 CUSTODY_OUT_SCHEMA = {"dest": str, "priority": int, "first": int, "epoch": str, "mine": str, "syncing": int}
 CUSTODY_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "syncing": int}
+GAPS_SCHEMA = {"origin": str, "priority": int, "epoch": str, "pseq": int, "until": float}
 
 log = logging.getLogger("checkpoint.store")
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 #: Bytes of a text a version-8 partial held, copied into one row of PIECES each (_migrate_from_8).
 PIECE_COPY = 1 << 16
 RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
@@ -166,6 +167,7 @@ class Checkpoint:
             self._create_segment_tables(db)
             db.table(Table.PEER_EPOCH).create({"host": str, "epoch": str}, pk="host")
             self._create_custody_tables(db)
+            self._create_gaps(db)
             db.table(Table.META).insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                              {"key": "host_id", "value": self.host_id},
                                              {"key": "next_msg_id", "value": "1"},
@@ -220,6 +222,12 @@ class Checkpoint:
             if table not in db.table_names():
                 db.table(table).create(schema, pk=(key, "priority"))
 
+    @staticmethod
+    def _create_gaps(db: sqlite_utils.Database) -> None:
+        """Numbered messages that came refused (schema 12, mccs.core.e2e): how long their stream waits."""
+        if Table.GAPS not in db.table_names():
+            db.table(Table.GAPS).create(GAPS_SCHEMA, pk=("origin", "priority", "epoch", "pseq"))
+
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if meta.get("host_id") != self.host_id:
@@ -232,7 +240,8 @@ class Checkpoint:
         for since, migrate in ((1, self._migrate_from_1), (2, self._migrate_from_2), (3, self._migrate_from_3),
                                (4, self._migrate_from_4), (5, self._migrate_from_5),
                                (6, self._migrate_from_6), (7, self._migrate_from_7), (8, self._migrate_from_8),
-                               (9, self._migrate_from_9), (10, self._migrate_from_10)):
+                               (9, self._migrate_from_9), (10, self._migrate_from_10),
+                               (11, self._migrate_from_11)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -357,6 +366,16 @@ class Checkpoint:
             for column, kind in (("mine", "TEXT NOT NULL DEFAULT ''"), ("syncing", "INTEGER NOT NULL DEFAULT 0")):
                 if column not in have:
                     conn.execute(f"ALTER TABLE {Table.CUSTODY_OUT} ADD COLUMN {column} {kind}")
+            conn.execute(f"UPDATE {Table.META} SET value = '11' WHERE key = 'schema_version'")
+
+    def _migrate_from_11(self, conn: sqlite3.Connection) -> None:
+        """Version 12 keeps the end-to-end trailer of a protected message a transit host carries."""
+        with conn:
+            conn.execute("BEGIN")
+            for table in (Table.SEND_LIST, Table.RECV_LIST):
+                if "seal" not in _database(conn).table(table).columns_dict:  # (a test's file may have it)
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN seal BLOB NOT NULL DEFAULT x''")
+            self._create_gaps(_database(conn))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -434,7 +453,8 @@ class Checkpoint:
                         {(d, p): Kept(f, e, m, bool(s)) for d, p, f, e, m, s in
                          q(f"SELECT dest, priority, first, epoch, mine, syncing FROM {Table.CUSTODY_OUT}")},
                         {(o, p): (e, bool(s)) for o, p, e, s in
-                         q(f"SELECT origin, priority, epoch, syncing FROM {Table.CUSTODY_IN}")})
+                         q(f"SELECT origin, priority, epoch, syncing FROM {Table.CUSTODY_IN}")},
+                        q(f"SELECT origin, priority, epoch, pseq, until FROM {Table.GAPS}").fetchall())
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from linedrivers.ids import IdError, check_host_id, process_name
+from linedrivers.ids import IdError, check_host_id, process_id, process_name
 from linedrivers.wire import char_time
 
 from mccs.core import envelope, segments
@@ -119,6 +119,8 @@ class ProcessConfig:
     start: str = ""  # a command line, run when a message waits and no process of the name is attached
     disposition: str = "queue"  # or "discard": a message that arrives while none is attached is returned
     backoff_max: float = 60.0  # longest wait before starting again a program that took no message
+    accept_from: list = dataclasses.field(default_factory=list)  # hosts or process ids it takes messages from
+    #                                                             ([]: anyone)
 
     def check(self) -> None:
         try:
@@ -130,6 +132,11 @@ class ProcessConfig:
         _range(f"[[process]] {self.name!r} max_waiting", self.max_waiting, 0, 10_000_000)
         _choice("disposition", self.disposition, ("queue", "discard"))
         _range("backoff_max", self.backoff_max, 0.001, 1e6)
+        for who in self.accept_from:
+            try:
+                check_host_id(who) if len(who) <= 2 else process_id(who)
+            except IdError as e:
+                raise ConfigError(f"[[process]] {self.name!r}: accept_from {who!r}: {e}") from None
         if self.start and self.disposition == "discard":
             raise ConfigError(f"[[process]] {self.name!r}: start and disposition = \"discard\" exclude each "
                               "other (a started program takes the message; discard drops it)")
@@ -198,6 +205,11 @@ class HostConfig:
     hop_limit: int = 16  # lines a message may cross; more is a routing loop: it is returned as undeliverable
     ttl: float = 7 * 24 * 3600.0  # seconds a message may wait on the way before it is returned as undeliverable
     too_large_wait: float = TOO_LARGE_WAIT
+    e2e: str = "off"  # "sign" or "seal": what this host does to the messages it originates (mccs.core.e2e)
+    accept: str = "any"  # "signed": a message for this host must be protected end to end by a trusted origin
+    host_key: str = ""  # this host's key file ("": <id>.key beside the config file)
+    known_hosts: str = ""  # the hosts' keys it trusts ("": known_hosts beside the config file)
+    e2e_gap_wait: float = 600.0  # seconds a stream waits for a message that came refused, before going on
     lines: list[LineConfig] = _internal(factory=list)
     routes: list[RouteConfig] = _internal(factory=list)
     processes: list[ProcessConfig] = _internal(factory=list)
@@ -217,6 +229,9 @@ class HostConfig:
         _range("hop_limit", self.hop_limit, 1, 16)
         _range("ttl", self.ttl, 1, envelope.TTL_MAX / 10)
         _range("too_large_wait", self.too_large_wait, 1, envelope.TTL_MAX / 10)
+        _choice("e2e", self.e2e, ("off", "sign", "seal"))
+        _choice("accept", self.accept, ("any", "signed"))
+        _range("e2e_gap_wait", self.e2e_gap_wait, 0, envelope.TTL_MAX / 10)
         if len(os.fsencode(self.socket)) > SOCKET_PATH_MAX:
             raise ConfigError(f"socket = {self.socket!r}: {len(os.fsencode(self.socket))} bytes long, and a Unix "
                               f"socket's path holds at most {SOCKET_PATH_MAX}: choose a shorter one")
@@ -264,7 +279,7 @@ def _range(key, value, low, high) -> None:
         raise ConfigError(f"{key} = {value!r}: must be a number from {low} to {high}")
 
 
-_PATH_KEYS = ("socket", "checkpoint", "trace_dir", "secret_file")
+_PATH_KEYS = ("socket", "checkpoint", "trace_dir", "secret_file", "host_key", "known_hosts")
 
 
 def _build(cls, table: dict, where: str, base: Path, extra: dict | None = None):
@@ -280,12 +295,15 @@ def _build(cls, table: dict, where: str, base: Path, extra: dict | None = None):
     values = dict(table)
     for key, value in values.items():
         default = fields[key].default
-        want = (int, str) if default is None else type(default) if default is not dataclasses.MISSING else str
+        want = (int, str) if default is None else type(default) if default is not dataclasses.MISSING \
+            else list if fields[key].default_factory is list else str
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             values[key] = value = float(value)
         if not isinstance(value, want) or (want in (int, (int, str)) and isinstance(value, bool)):
             if not (key == "stopbits" and isinstance(value, (int, float))):
                 raise ConfigError(f"{where}: {key} = {value!r}: expected {getattr(want, '__name__', 'int or str')}")
+        if want is list and not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {key} = {value!r}: expected a list of strings")
         if isinstance(value, str) and "\0" in value:
             raise ConfigError(f"{where}: {key} holds a NUL character")
         if key in _PATH_KEYS and value and "://" not in value:
@@ -332,6 +350,8 @@ def from_dict(doc: dict, path: str | os.PathLike = "<config>") -> HostConfig:
                   for i, t in enumerate(doc.get("route", []))]
         host = _build(HostConfig, doc["host"], f"{path} [host]", base,
                       {"lines": lines, "processes": procs, "routes": routes, "path": str(path)})
+        host.host_key = host.host_key or str(base / f"{host.id}.key")
+        host.known_hosts = host.known_hosts or str(base / "known_hosts")
         host.check()
     except ConfigError as e:
         msg = str(e)

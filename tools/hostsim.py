@@ -26,6 +26,7 @@ from checkpoint.store import RESTORED, Checkpoint
 from mccs.core import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
 from mccs.daemon.driver import perform, prior
+from mccs.core.e2e import Keyring
 from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
 from mccs.core.sessions import Creds
@@ -46,6 +47,7 @@ class SimHost:
         self.net, self.cfg, self.id = net, cfg, cfg.id
         self.cp = Checkpoint.in_memory(cfg.id)  # the daemon's store, without a disk: unit tests touch none
         self.random = random.Random(f"{net.seed}/{cfg.id}")  # the line machines' sessions and nonces: seeded
+        self.keys = Keyring(cfg.id)  # its end-to-end keys: the test gives them (mccs.core.e2e)
         self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
         self.passes: list[Effects] = []  # every pass's effects, oldest first
@@ -56,7 +58,7 @@ class SimHost:
         self._conns = itertools.count(1)
 
     def _core(self) -> Kernel:
-        return Kernel(self.cfg, self.cp.restore(), random_bytes=self.random.randbytes)
+        return Kernel(self.cfg, self.cp.restore(), random_bytes=self.random.randbytes, keys=self.keys)
 
     def open_ports(self) -> None:
         for peer in self.kernel.lines.lcbs:

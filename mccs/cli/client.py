@@ -219,7 +219,8 @@ def _print_json(msg: Message, **about) -> None:
     an observer's copy, `ok` for a reply; and its data (base64, and as text if it is UTF-8)."""
     about = {"from_id": msg.from_id, "to_id": msg.to_id, "msg_id": msg.msg_id, "user_id": msg.user_id,
              **({"ttl": round(max(0.0, msg.deadline - time.monotonic()), 3)} if msg.deadline is not None else {}),
-             **({"copy": True} if msg.copy else {}), **({"ok": msg.ok} if msg.reply else {}), **about}
+             **({"copy": True} if msg.copy else {}), **({"ok": msg.ok} if msg.reply else {}), "e2e": msg.e2e,
+             **about}
     if "out" not in about:
         try:
             text = msg.data.decode("utf-8")

@@ -61,6 +61,7 @@ class Message:
     ok: bool = True  # a reply's outcome (reply(..., ok=False) made it False)
     copy: bool = False  # a copy for an observer of TO_ID: its handler gets the message itself
     deadline: float | None = field(default=None, compare=False)  # monotonic: when its sender stops waiting
+    e2e: str = "none"  # how it came: "signed" or "sealed" end to end by its origin host, or "none"
 
     @property
     def key(self) -> tuple[str, int]:
@@ -454,7 +455,7 @@ class Client:
         ttl = got.get("ttl")
         msg = Message(got["from_id"], got["to_id"], got["msg_id"], got["user_id"],
                       unb64(got["data"]) if data is None else data, got.get("reply", False), got.get("ok", True),
-                      got.get("copy", False), None if ttl is None else time.monotonic() + ttl)
+                      got.get("copy", False), None if ttl is None else time.monotonic() + ttl, got.get("e2e", "none"))
         if msg.copy:  # at most once: nothing to confirm, never handed again
             return msg
         handed = (*msg.key, got["rid"])

@@ -25,6 +25,7 @@ from mccs.core.lists import MSGBLOK, PRQBLOK, RecvList
 from mccs.core.notices import fields
 from mccs.core.replies import NOTHING, Accepted, AcceptedMany, Body, Message, Received
 from mccs.core.segments import crc_of
+from mccs.core.e2e import mode_of
 from mccs.core.sessions import Session, Sessions
 from mccs.core.host import HostState
 
@@ -34,7 +35,7 @@ def message(blk: MSGBLOK, wall: float, copy: bool = False) -> Message:
     `ttl`: the seconds its sender still waits (a request's reply is sent with no more)."""
     return Message(None if copy else blk.seq, blk.from_id, blk.to_id, blk.msg_id, blk.user_id, blk.data,
                    round(max(0.0, blk.expires - wall), 3) if blk.expires else None,
-                   bool(blk.flags & REPLY), not blk.flags & FAILED, copy)
+                   bool(blk.flags & REPLY), not blk.flags & FAILED, copy, str(mode_of(blk.flags)))
 
 
 def answer(fx: Effects, prq: PRQBLOK, body: Body) -> None:

@@ -25,6 +25,8 @@ from linedrivers.image import Image, ImageError
 TRAILER = struct.Struct(">cBB4sII")
 SIZE = TRAILER.size  # 15
 MARK = b"R"
+MARK_E2E = b"E"  # the text ends in an end-to-end trailer of E2E_SIZE bytes (mccs.core.e2e, docs/E2E.md)
+E2E_SIZE = 23
 TTL_MAX = 0xFFFFFFFF  # tenths of a second: 13 years
 
 ADVERT = 0x01  # a routing update, for the next host's routing table, not for a process
@@ -38,7 +40,8 @@ PRIORITY_SHIFT = 5  # on the wire, FLAGS >> 5 is the priority (HELD, stored only
 PRIORITY_MAX = 7
 REPLY = 0x40  # stored: the answer to a request (USER_ID = the request's MSG_ID); only that request takes it
 FAILED = 0x80  # stored: a reply with ok=False
-#  0x100 and 0x200 are checkpoint.changes.CUSTODY and LOOSE (stored only: custody's)
+#  0x100 and 0x200 are checkpoint.changes.CUSTODY and LOOSE (stored only: custody's), 0x400 and 0x800
+#  mccs.core.e2e.STORED (stored only: how a message for this host was protected)
 NO_EPOCH = "00000000"  # the epoch of an unnumbered message (but custody's own: its origin's)
 
 
@@ -68,6 +71,7 @@ class Envelope:
     pseq: int = 0
     ttl: int = 0  # tenths of a second left; 0: no limit
     priority: int = 0  # 0 to 7: a waiting message of higher priority goes first on every line
+    e2e: bytes = b""  # the end-to-end trailer its origin gave it (mccs.core.e2e); b"": none
 
     @property
     def advert(self) -> bool:
@@ -83,21 +87,25 @@ def ttl_left(expires: float, wall: float) -> int:
 
 def wrap(to_id: str, from_id: str, msg_id: int, user_id: int, data: bytes, env: Envelope) -> bytes:
     flags = env.flags & ~(PRIORITY_MAX << PRIORITY_SHIFT) | env.priority << PRIORITY_SHIFT
-    trailer = TRAILER.pack(MARK, min(env.hops, 255), flags, bytes.fromhex(env.epoch or NO_EPOCH), env.pseq,
-                           env.ttl)
-    return image.encode(to_id, from_id, msg_id, user_id, bytes(data) + trailer)
+    trailer = TRAILER.pack(MARK_E2E if env.e2e else MARK, min(env.hops, 255), flags,
+                           bytes.fromhex(env.epoch or NO_EPOCH), env.pseq, env.ttl)
+    return image.encode(to_id, from_id, msg_id, user_id, bytes(data) + env.e2e + trailer)
 
 
 def unwrap(img: bytes, max_message: int) -> tuple[Image, Envelope]:
     """The message and its envelope; raises ImageError."""
-    m = image.decode(img, max_message + SIZE)
+    m = image.decode(img, max_message + SIZE + E2E_SIZE)
     if len(m.data) < SIZE:
         raise ImageError(f"image of {len(img)} bytes has no routing envelope")
     mark, hops, flags, epoch, pseq, ttl = TRAILER.unpack_from(m.data, len(m.data) - SIZE)
-    if mark != MARK:
-        raise ImageError(f"routing envelope mark {mark!r}, not {MARK!r}")
-    data = m.data[:-SIZE]
+    if mark not in (MARK, MARK_E2E):
+        raise ImageError(f"routing envelope mark {mark!r}, not {MARK!r} or {MARK_E2E!r}")
+    end = len(m.data) - SIZE - (E2E_SIZE if mark == MARK_E2E else 0)
+    if end < 0:
+        raise ImageError(f"image of {len(img)} bytes has no room for its end-to-end trailer")
+    data, e2e = m.data[:end], m.data[end:len(m.data) - SIZE]
     if len(data) > max_message:
         raise ImageError(f"message of {len(data)} bytes is over the maximum of {max_message}")
     return Image(m.to_id, m.from_id, m.msg_id, m.user_id, data), \
-        Envelope(hops, flags & ~(PRIORITY_MAX << PRIORITY_SHIFT), epoch.hex(), pseq, ttl, flags >> PRIORITY_SHIFT)
+        Envelope(hops, flags & ~(PRIORITY_MAX << PRIORITY_SHIFT), epoch.hex(), pseq, ttl, flags >> PRIORITY_SHIFT,
+                 bytes(e2e))

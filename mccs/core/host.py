@@ -8,6 +8,7 @@ import collections
 from dataclasses import dataclass, field
 
 from mccs.config import HostConfig
+from mccs.core.e2e import Keyring
 from mccs.core.lists import Lists, Sequence
 from mccs.core.msgids import MsgIds
 from mccs.core.pairs import Pairs
@@ -25,6 +26,7 @@ class HostState:
     routes: RoutingTable
     blobs: Blobs  # large texts, read from the checkpoint
     counters: collections.Counter = field(default_factory=collections.Counter)  # the host's, in `mccs status`
+    keys: Keyring = field(default_factory=lambda: Keyring(""))  # its end-to-end keys (updated in place on reload)
 
     @property
     def id(self) -> str:

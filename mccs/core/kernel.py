@@ -22,6 +22,7 @@ from mccs.config import HostConfig, LineConfig
 from mccs.core.control import Control
 from mccs.core.custody import Custody
 from mccs.core.dispatcher import ProcessDispatcher, answer
+from mccs.core.e2e import Keyring
 from mccs.core.effects import Effects
 from mccs.core.lines import Lines
 from mccs.core.lists import MSGBLOK, PRQBLOK, Lists, Op, Sequence
@@ -56,20 +57,22 @@ CONFIRM_WAIT = 1.0
 class Kernel:
     def __init__(self, cfg: HostConfig, state: Restored,
                  new_machine: Callable[[LineConfig], LineMachine] | None = None,
-                 random_bytes: Callable[[int], bytes] | None = None):
+                 random_bytes: Callable[[int], bytes] | None = None, keys: Keyring | None = None):
         """`random_bytes(n)` is the line machines' random source (the shell's; None: secrets). The
-        pieces of large messages the lines need come in through `pieces_read` (Effects.reads)."""
+        pieces of large messages the lines need come in through `pieces_read` (Effects.reads).
+        `keys`: the host's end-to-end keys, as the shell read them (mccs.daemon.keys); `keys_changed` later."""
         self.cfg = cfg
         self.host = cfg.id
         self.epoch = state.epoch
         self.disk_full = False
         hs = HostState(cfg, Lists(), MsgIds(self.host, state.next_msg_id, state.sent_keys), Sequence(state.next_seq),
                        Pairs(state.epoch, PairsOut(state.pairs_out, state.custody_out),
-                             PairsIn(state.pairs_in, state.custody_in)),
+                             PairsIn(state.pairs_in, state.custody_in, state.gaps)),
                        RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
                                     cfg.routing == "auto", state.known_hosts,
                                     {lc.peer for lc in cfg.lines if lc.protocol == "bsc"}),
-                       Blobs())
+                       Blobs(), keys=keys or Keyring(cfg.id))
+        self.keys = hs.keys
         self.counters, self.lists, self.seqs, self.ids = hs.counters, hs.lists, hs.seqs, hs.ids
         self.pairs, self.routes, self.blobs = hs.pairs, hs.routes, hs.blobs
         self.dups = KeyWindow(Table.DUP_WINDOW, state.dup_keys)
@@ -82,7 +85,7 @@ class Kernel:
         self.dispatcher = ProcessDispatcher(hs, self.sessions, self.control.over_quota)
         self.delivery = Delivery(hs, self.sessions, self.notices)
         self.lists.arrived.clear()  # restored, not arrived: observers got their copies before
-        receiver = MessageReceiver(hs, self.dups, self.notices, self.reassembly, self.control)
+        self.receiver = receiver = MessageReceiver(hs, self.dups, self.notices, self.reassembly, self.control)
         self.custody.hand = receiver.ready
         self.lines = Lines(hs, new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, self.epoch,
                                                                        random_bytes)),
@@ -119,6 +122,10 @@ class Kernel:
             self.ids.hold(blk.msg_id)
 
     # -- inputs -------------------------------------------------------------------------------
+    def keys_changed(self, keys: Keyring) -> None:
+        """The operator changed the key file or the trust file (mccs keys): they count from now on."""
+        self.keys.update(keys)
+
     def connected(self, conn: int, creds: Creds | None) -> None:
         self.sessions.open(conn, creds)
 
@@ -301,6 +308,11 @@ class Kernel:
             raise RequestError(Code.UNKNOWN_HOST, f"host {host_of(req.to_id)!r} is unknown here (not a neighbour, "
                                                f"a [[route]], or a host learned from the network): TO_ID "
                                                f"{req.to_id.rstrip()!r} refused")
+        dest = host_of(req.to_id)
+        if self.cfg.e2e != "off" and dest != self.host and not self.keys.trusts(dest):
+            raise RequestError(Code.NO_KEY, f"e2e = {self.cfg.e2e!r} here, and no key of {dest!r} is trusted: "
+                                            f"nothing was sent (mccs keys trust {dest} KEY, from `mccs keys show` "
+                                            f"on {dest})")
 
     def _new_send(self, session: Session, rid: object, req: str) -> bool:
         """Is this a new SEND (not a retry of one still waiting, answered with it), and is there room?"""
@@ -378,6 +390,10 @@ class Kernel:
         self._now = now
         self.blobs.committed()
         self.lines.receive(fx, now, wall)
+        ready, changes, gap = self.pairs.into.due(wall)  # waits for refused messages that are over
+        fx.change(*changes)
+        self.receiver.ready(fx, ready, wall)
+        fx.wake_at(None if gap is None else now + max(0.0, gap - wall))
         for blk in self._taken:
             self.notices.delivered(fx, blk, wall)
         self._taken.clear()

@@ -19,6 +19,7 @@ taken back, so an urgent message waits at most the frame on the wire and the lea
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,7 +30,7 @@ from checkpoint.changes import LOOSE, Stored, Table
 from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                          PeerRefused, image)
 
-from mccs.core import envelope, segments
+from mccs.core import e2e, envelope, segments
 from mccs.config import LineConfig
 from mccs.core.custody import Custody
 from mccs.core.effects import Effects
@@ -37,7 +38,7 @@ from mccs.core.envelope import Envelope
 from mccs.core.epochs import PeerEpochs
 from mccs.core.lists import MSGBLOK, BlockState
 from mccs.core.machine import ROUTE, LineMachine
-from mccs.core.notices import fields
+from mccs.core.notices import DAEMON_ROOM, fields, is_daemon
 from mccs.core.receiver import Arrival, MessageReceiver
 from mccs.core.routing import INFINITY, encode_vector
 from mccs.core.segments import FORGET, Forget, Forgets
@@ -192,6 +193,7 @@ class Lines:
         self.new_machine = new_machine
         self.lists, self.ids, self.seqs, self.counters = hs.lists, hs.ids, hs.seqs, hs.counters
         self.pairs, self.routes, self.receiver, self.holds, self.custody = hs.pairs, hs.routes, receiver, holds, custody
+        self.keys, self.e2e_mode = hs.keys, e2e.SETTING[hs.cfg.e2e]
         self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in hs.cfg.lines}
         self.forgets = forgets or Forgets()
         # blocks in segments a next host holds the start of (acked_by), and the forget it gets if they do not end there
@@ -618,9 +620,14 @@ class Lines:
                 # first leaves on a routing line
                 fx.change(*self.pairs.number(blk), ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
             flags = envelope.to_wire(blk.flags) | (envelope.SEGMENT if end is not None else 0)
-            img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text,
-                                Envelope(blk.hops, flags, blk.epoch or self._unnumbered_epoch(blk), blk.pseq,
-                                         envelope.ttl_left(blk.expires, wall), blk.priority))
+            env = Envelope(blk.hops, flags, blk.epoch or self._unnumbered_epoch(blk), blk.pseq,
+                           envelope.ttl_left(blk.expires, wall), blk.priority)
+            protected = self._protect(lcb, blk, text, env, end)
+            if isinstance(protected, str):
+                return self._hold(lcb, blk, protected, "e2e_held")
+            img = envelope.wrap(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, *protected)
+        elif blk.seal or self._protects(blk):
+            return self._hold(lcb, blk, "the peer speaks version 1, which carries no end-to-end protection", "e2e_held")
         else:
             img = image.encode(blk.to_id, blk.from_id, blk.msg_id, blk.user_id, text)
         try:
@@ -645,6 +652,31 @@ class Lines:
             blk.sent = True
             fx.trace("msg", "sent", lcb.peer, lcb.cfg.protocol, **fields(blk))
         return True
+
+    def _protect(self, lcb: LineControlBlock, blk: MSGBLOK, text: bytes, env: Envelope,
+                 end: int | None) -> tuple[bytes, Envelope] | str:
+        """The text and envelope as they go end to end: a transit copy's trailer as its origin made
+        it, this host's own message signed or sealed (mccs.core.e2e); or why the line cannot take it."""
+        if blk.seal:
+            trailer = blk.seal
+        elif not self._protects(blk):
+            return text, env
+        elif end is not None:
+            return "end-to-end protection of a message in segments is not built yet (docs/E2E.md)"
+        else:
+            try:
+                text, trailer = e2e.protect(self.keys, self.e2e_mode, e2e.Header.of(blk, env), env.ttl, bytes(text))
+            except e2e.Refused as er:
+                return str(er)
+        if e2e.FEATURE not in lcb.features:
+            return "the peer does not carry messages protected end to end (an older MCCS)"
+        return text, dataclasses.replace(env, e2e=trailer)
+
+    def _protects(self, blk: MSGBLOK) -> bool:
+        """Does this host sign or seal the block? Its own messages with e2e on, but a void (no text
+        left to protect) and a daemon's message to a host it has no key for (a notice must reach it)."""
+        return (self.e2e_mode is not e2e.Mode.NONE and blk.origin == self.host and not blk.flags & envelope.VOID
+                and (self.keys.trusts(blk.dest) or not is_daemon(blk.from_id)))
 
     def _from_the_start(self, blk: MSGBLOK, fx: Effects) -> None:
         """A message in segments goes to a next host that holds none of it (another route, or one
@@ -696,6 +728,8 @@ class Lines:
 
     def _too_long(self, lcb: LineControlBlock, blk: MSGBLOK) -> bool:
         """Does the block go in segments on this line now (it does not fit the frame size in use)?"""
+        if blk.seal or self._protects(blk):  # whole if a frame holds it (mccs.core.machine), whatever the noise:
+            return isinstance(blk.data, Stored) or blk.size > min(max(self.max_message, DAEMON_ROOM), lcb.cfg.frame_max)
         return isinstance(blk.data, Stored) or blk.size + segments.SIZE + envelope.SIZE > lcb.machine.segment_size()
 
     def _segment(self, lcb: LineControlBlock, blk: MSGBLOK) -> tuple[bytes, int] | None:
@@ -709,11 +743,11 @@ class Lines:
             return None
         return segments.wrap(piece, blk.size, blk.next_off, blk.crc), blk.next_off + len(piece)
 
-    def _hold(self, lcb: LineControlBlock, blk: MSGBLOK, why: str) -> bool:
+    def _hold(self, lcb: LineControlBlock, blk: MSGBLOK, why: str, counter: str = "too_large") -> bool:
         """The block cannot go to this peer: it, and every block after it for the same host, waits."""
         if lcb.held is not blk:
             lcb.held, lcb.give_up_at = blk, self._now + self.too_large_wait
-            lcb.counters["too_large"] += 1
+            lcb.counters[counter] += 1
             log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
                       "wait on SEND_LIST; unless %s takes it within %.0f s (max_message as large at both ends), "
                       "it is returned undeliverable", self.host, blk.origin, blk.msg_id, blk.size, lcb.peer, why,

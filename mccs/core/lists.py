@@ -50,6 +50,7 @@ class MSGBLOK:
     flags: int = 0  # mccs.core.envelope's RECEIPT, NOTICE, VOID
     crc: int = 0  # CRC-32 of a text that goes in segments (mccs.core.segments)
     priority: int = 0  # 0 to 7: a waiting block of higher priority goes first, on a line and to RECV
+    seal: bytes = b""  # SEND_LIST: a transit copy's end-to-end trailer, carried on untouched (mccs.core.e2e)
     acked: int = 0  # SEND_LIST, in segments: bytes the next host holds (stored)
     acked_by: str = ""  # SEND_LIST, in segments: that next host ("": not known, an older checkpoint)
     state: BlockState = BlockState.QUEUED

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from linedrivers.events import Event
 
-from mccs.core import envelope, segments
+from mccs.core import e2e, envelope, segments
 from mccs.config import LineConfig
 from mccs.core.notices import DAEMON_ROOM
 
@@ -15,7 +15,10 @@ from mccs.core.notices import DAEMON_ROOM
 # the 11-byte envelope of commit 89dbfdc, which is not spoken: such a peer gets direct traffic only.
 ROUTE = "ROUTE2"
 #: What a line of this daemon offers at sign-on (FEAT=): routing, and forgets of transfers (docs/ROUTING.md 2a).
-FEATURES = (ROUTE, segments.FORGET)
+FEATURES = (ROUTE, segments.FORGET, e2e.FEATURE)
+#: What a frame holds after a message's text: the routing envelope, then a segment trailer or an
+#: end-to-end trailer (a message in segments is not protected end to end: docs/E2E.md).
+ROOM = envelope.SIZE + max(segments.SIZE, envelope.E2E_SIZE)
 
 
 class LineMachine(Protocol):
@@ -63,7 +66,7 @@ def _machine(host: str, lc: LineConfig, max_message: int,
         common["secret"] = lc.secret
     if lc.protocol == "async":
         from linedrivers import AsyncLine
-        frame = min(max(max_message, DAEMON_ROOM), lc.frame_max) + envelope.SIZE + segments.SIZE
+        frame = min(max(max_message, DAEMON_ROOM), lc.frame_max) + ROOM
         return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
                          features=FEATURES, max_message=frame, large=max_message, **common)
     # BSC offers ROUTE and LARGE= in an announcement a version-1 station drops (docs/PROTOCOL.md,
@@ -71,8 +74,7 @@ def _machine(host: str, lc: LineConfig, max_message: int,
     # gets whole messages of that size, and segments are the machine's segment_size().
     from linedrivers import BscLine
     from linedrivers.image import HEADER_SIZE
-    room = envelope.SIZE + segments.SIZE
     return BscLine(host, lc.peer, role=lc.role, code=lc.code, block_size=lc.block_size,
-                   max_message=min(max(max_message, DAEMON_ROOM), 65535 - HEADER_SIZE - room) + room, features=FEATURES,
+                   max_message=min(max(max_message, DAEMON_ROOM), 65535 - HEADER_SIZE - ROOM) + ROOM, features=FEATURES,
                    large=max_message, disconnect_timeout=lc.disconnect_timeout, ttd_timeout=lc.ttd_timeout,
                    **common)

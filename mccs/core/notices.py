@@ -57,6 +57,7 @@ REASONS = {
     "discarded": "no process attached at {host} (discard)",
     "late reply": "its request stopped waiting",
     "too large": "the next host after {host} cannot take a message this long (its max_message)",
+    "refused": "{host} refused it: its end-to-end protection, or the process's accept_from (see its trace)",
 }
 
 
@@ -78,6 +79,11 @@ class Identified(Protocol):
 def fields(m: Identified) -> dict:
     """A message's identity in trace events."""
     return {"origin": m.origin, "msg_id": m.msg_id, "from_id": m.from_id, "to_id": m.to_id, "user_id": m.user_id}
+
+
+def is_daemon(pid: str) -> bool:
+    """Is the process id a host's daemon (its notices and control messages come from it)?"""
+    return pid[2:].rstrip() == NAME
 
 
 def notice_text(kind: str, msg_id: int, to_id: str, reason: str, wall: float) -> bytes:
@@ -168,6 +174,10 @@ class Notices:
             self.counters["returned_by_void"] += 1
             self._notice(fx, void, "undeliverable", reason, wall)
         void.data, void.expires = b"", 0.0
+
+    def refused(self, fx: Effects, about: MSGBLOK, wall: float) -> None:
+        """A message this host refused (mccs.core.receiver: traced there): its claimed sender is told."""
+        self._notice(fx, about, "undeliverable", "refused", wall)
 
     def delivered(self, fx: Effects, blk: MSGBLOK, wall: float) -> None:
         """Its process confirmed the RECV of a message sent with `receipt`."""

@@ -14,6 +14,10 @@ A stream whose origin keeps custody copies (mccs.core.custody) is kept across a 
 destination from a backup: it is `syncing` until the origin's probe says which of the restored
 messages were taken since, and from where the destination may go on.
 
+A numbered message that came refused (mccs.core.e2e: altered or forged on the way) takes no place:
+the genuine one with its number may still come. Its stream waits for it until a deadline (`gaps`,
+[host] e2e_gap_wait at most, never past its ttl), then goes on without it (`due`).
+
 Each priority is a stream of its own, so that an urgent message that overtook bulk traffic on the
 way is not held at the destination until the bulk has come: order is kept within a stream only.
 """
@@ -80,8 +84,13 @@ class PairsIn:
     """Per (origin host, priority): its epoch, the next PSEQ to deliver, and what waits for a gap."""
 
     def __init__(self, state: dict[tuple[str, int], tuple[str, int]],
-                 custody: dict[tuple[str, int], tuple[str, bool]] | None = None):
+                 custody: dict[tuple[str, int], tuple[str, bool]] | None = None,
+                 gaps: list[tuple[str, int, str, int, float]] | None = None):
         self.pairs = {stream: PairIn(epoch, expect) for stream, (epoch, expect) in state.items()}
+        # (origin, priority, epoch) -> {PSEQ that came refused: until when its stream waits for it (0: no longer)}
+        self.gaps: dict[tuple[str, int, str], dict[int, float]] = {}
+        for origin, priority, epoch, pseq, until in gaps or ():
+            self.gaps.setdefault((origin, priority, epoch), {})[pseq] = until
         for stream, (epoch, syncing) in (custody or {}).items():
             pair = self.pairs.get(stream)
             if pair is not None and pair.epoch == epoch:
@@ -118,11 +127,50 @@ class PairsIn:
         if pair.syncing:  # nothing goes on before the origin's probe
             return Verdict.HELD, ready, []
         start = pair.expect
-        while pair.expect in pair.held:
-            ready.append(pair.held.pop(pair.expect))
-            pair.expect += 1
-        changes = [ch.set_pair_in(*blk.stream, pair.epoch, pair.expect)] if pair.expect != start or created else []
+        changes = self._drain(blk.stream, pair, ready)
+        changes += [ch.set_pair_in(*blk.stream, pair.epoch, pair.expect)] if pair.expect != start or created else []
         return (Verdict.DELIVER if pair.expect > blk.pseq else Verdict.HELD), ready, changes
+
+    def _drain(self, stream: tuple[str, int], pair: PairIn, ready: list[MSGBLOK]) -> list[Change]:
+        """The blocks in order from the next expected on, past the numbers whose refused message's
+        wait is over; the gaps left behind are dropped."""
+        gaps = self.gaps.get((*stream, pair.epoch), {})
+        while pair.expect in pair.held or gaps.get(pair.expect) == 0:
+            if pair.expect in pair.held:
+                ready.append(pair.held.pop(pair.expect))
+            pair.expect += 1
+        passed = [n for n in gaps if n < pair.expect]
+        for n in passed:
+            del gaps[n]
+        return [ch.delete_gap(*stream, pair.epoch, n) for n in passed]
+
+    def refused(self, stream: tuple[str, int], epoch: str, pseq: int, until: float) -> list[Change]:
+        """PSEQ came refused: its stream waits for the genuine message until `until` (wall), no longer."""
+        pair = self.pairs.get(stream)
+        gaps = self.gaps.setdefault((*stream, epoch), {})
+        if (pair is not None and pair.epoch == epoch and (pseq < pair.expect or pseq in pair.held)) or pseq in gaps:
+            return []  # the genuine one came already, or its wait runs already
+        gaps[pseq] = until
+        return [ch.set_gap(*stream, epoch, pseq, until)]
+
+    def due(self, wall: float) -> tuple[list[MSGBLOK], list[Change], float | None]:
+        """The streams whose wait for a refused message is over go on without it: the blocks now
+        ready, the changes, and when the next wait ends (None: none waits)."""
+        ready: list[MSGBLOK] = []
+        changes: list[Change] = []
+        for (origin, priority, epoch), gaps in self.gaps.items():
+            over = [n for n, until in gaps.items() if 0 < until <= wall]
+            for n in over:
+                gaps[n] = 0.0
+                changes.append(ch.set_gap(origin, priority, epoch, n, 0.0))
+            pair = self.pairs.get((origin, priority))
+            if over and pair is not None and pair.epoch == epoch and not pair.syncing:
+                start = pair.expect
+                changes += self._drain((origin, priority), pair, ready)
+                if pair.expect != start:
+                    changes.append(ch.set_pair_in(origin, priority, epoch, pair.expect))
+        self.gaps = {key: gaps for key, gaps in self.gaps.items() if gaps}
+        return ready, changes, min((u for gaps in self.gaps.values() for u in gaps.values() if u), default=None)
 
     def settle(self, stream: tuple[str, int], epoch: str, first: int, low: int, kept: Callable[[int], bool],
                upto: int, since: bool) -> tuple[PairIn, list[MSGBLOK], list[MSGBLOK], list[Change]]:

@@ -19,14 +19,13 @@ from linedrivers import image
 from linedrivers.ids import host_of
 from linedrivers.image import Image
 
-from mccs.core import envelope, routing, segments
+from mccs.core import e2e, envelope, routing, segments
 from mccs.core.effects import Effects
 from mccs.core.envelope import SEGMENT, VOID, Envelope, from_wire
 from mccs.core.lists import MSGBLOK
 from mccs.core.msgids import KeyWindow
 from mccs.core.control import Control
-from mccs.core.notices import NAME as DAEMON_NAME
-from mccs.core.notices import DAEMON_ROOM, Notices, fields
+from mccs.core.notices import DAEMON_ROOM, Notices, fields, is_daemon
 from mccs.core.pairs import Verdict
 from mccs.core.host import HostState
 
@@ -56,6 +55,8 @@ class MessageReceiver:
         self.lists, self.ids, self.dups, self.seqs = hs.lists, hs.ids, dups, hs.seqs
         self.pairs, self.routes, self.notices, self.counters = hs.pairs, hs.routes, notices, hs.counters
         self.reassembly, self.blobs = reassembly, hs.blobs
+        self.keys, self.accept_signed, self.gap_wait = hs.keys, hs.cfg.accept == "signed", hs.cfg.e2e_gap_wait
+        self.accept_from = {p.name: p.accept_from for p in hs.cfg.processes if p.accept_from}
 
     def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
         try:  # a segment's text is a piece and its trailer: the whole message is checked as it completes
@@ -123,12 +124,61 @@ class MessageReceiver:
             self._advert(src, m, fx, now)
         elif host_of(m.to_id) != self.host:
             self._forward(src, m, env, fx, wall)
-        elif env is not None and env.pseq:
-            self._in_order(src, m, env, fx, wall)
         else:
-            self._by_window(src, m, env, fx, wall)
+            try:
+                m, protection = self._verified(m, env)
+            except e2e.Refused as why:
+                self._refuse(src, m, env, why, fx, wall)
+                return
+            if env is not None and env.pseq:
+                self._in_order(src, m, env, fx, wall, protection)
+            else:
+                self._by_window(src, m, env, fx, wall, protection)
 
-    def _by_window(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, wall: float) -> None:
+    def _verified(self, m: Incoming, env: Envelope | None) -> tuple[Incoming, int]:
+        """The message as its process will see it (a sealed one opened), and the stored flag that
+        says how it was protected; raises e2e.Refused if this host does not take it (docs/E2E.md)."""
+        protection = 0
+        if env is not None and env.e2e:
+            if isinstance(m.data, Stored):
+                raise e2e.Refused("protected, but in segments, which this version does not verify", "mode")
+            plain, mode = e2e.open_(self.keys, e2e.Header.of(m, env), env.ttl, bytes(m.data), env.e2e)
+            m, protection = dataclasses.replace(m, data=plain), e2e.STORED[mode]
+        elif env is None or not env.flags & VOID:  # (a void has no text to verify: it only passes a place)
+            if self.accept_signed:
+                raise e2e.Refused('not protected end to end (accept = "signed")', "unsigned")
+            if self.keys.trusts(m.origin):
+                raise e2e.Refused(f"not protected end to end, though {m.origin}'s key is trusted here", "unsigned")
+        allowed = self.accept_from.get(m.to_id[2:].rstrip())
+        if allowed and not (m.origin in allowed or m.from_id.rstrip() in allowed or self._answer(m, env)):
+            raise e2e.Refused(f"{m.to_id.rstrip()} takes messages only from {', '.join(allowed)}", "not_accepted")
+        return m, protection
+
+    @staticmethod
+    def _answer(m: Incoming, env: Envelope | None) -> bool:
+        """A daemon's notice or a reply: about a message the process sent, whoever it went to."""
+        return env is not None and bool(env.flags & envelope.NOTICE)
+
+    def _refuse(self, src: Arrival, m: Incoming, env: Envelope | None, why: e2e.Refused, fx: Effects,
+                wall: float) -> None:
+        """Not delivered, and no place taken in its stream: the genuine message with the same numbers
+        may still come, for e2e_gap_wait at most (never past its ttl); its stream goes on then. A
+        message refused for accept_from is what it says: its place is passed at once. Traced,
+        counted, and its claimed origin told."""
+        src.counters["refused"] += 1
+        self.counters["refused"] += 1
+        self.counters[f"refused_{why.code}"] += 1
+        fx.trace("msg", "refused", src.peer, src.proto, reason=str(why), code=why.code, **fields(m))
+        log.warning("%s: refused %s/%d from %s for %s (by %s): %s", self.host, m.origin, m.msg_id, m.from_id.rstrip(),
+                    m.to_id.rstrip(), src.peer, why)
+        if env is not None and env.pseq:
+            wait = 0.0 if why.code == "not_accepted" else min(self.gap_wait, env.ttl / 10 if env.ttl else self.gap_wait)
+            fx.change(*self.pairs.into.refused((m.origin, env.priority), env.epoch, env.pseq, wall + wait))
+        if env is None or not env.flags & (envelope.NOTICE | VOID):
+            self.notices.refused(fx, MSGBLOK(0, m.to_id, m.from_id, m.msg_id, m.user_id, b"", wall), wall)
+
+    def _by_window(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, wall: float,
+                   protection: int = 0) -> None:
         """docs/DESIGN.md's rule: a key among the last ones received from its origin is a duplicate.
         But custody's own messages, which carry their origin's epoch without a number: a copy of one
         does no harm, and an origin restored from a backup gives their MSG_IDs again (mccs.core.custody)."""
@@ -136,12 +186,12 @@ class MessageReceiver:
         if m.key in self.dups and not loose:
             self._duplicate(src, m, fx)
             return
-        blk, add = self._block(src, m, Envelope(), wall, Table.RECV_LIST)
+        blk, add = self._block(src, m, Envelope(), wall, Table.RECV_LIST, protection=protection)
         fx.change(*([] if loose else self.dups.add(m.origin, m.msg_id, blk.seq)), add)
         fx.trace("msg", "received", src.peer, src.proto, **fields(m))
         self._deliver(blk, fx, wall)
 
-    def _in_order(self, src: Arrival, m: Incoming, env: Envelope, fx: Effects, wall: float) -> None:
+    def _in_order(self, src: Arrival, m: Incoming, env: Envelope, fx: Effects, wall: float, protection: int) -> None:
         """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
         that came once without a number (over a version-1 line) is not taken twice."""
         if self.pairs.into.renewed(m.origin, env.epoch):  # (a neighbour's new epoch was seen at sign-on too)
@@ -153,7 +203,7 @@ class MessageReceiver:
         if m.key in self.dups and not exact:
             self._duplicate(src, m, fx)
             return
-        blk, add = self._block(src, m, env, wall, Table.RECV_LIST)
+        blk, add = self._block(src, m, env, wall, Table.RECV_LIST, protection=protection)
         verdict, ready, changes = self.pairs.into.arrive(blk)
         if verdict is Verdict.DUPLICATE:
             self._duplicate(src, m, fx)
@@ -227,18 +277,19 @@ class MessageReceiver:
         fx.change(*self.routes.advert(src.peer, vector, now))
 
     def _block(self, src: Arrival, m: Incoming, env: Envelope, wall: float, table: Table,
-               hops: int | None = None) -> tuple[MSGBLOK, ch.Change]:
+               hops: int | None = None, protection: int = 0) -> tuple[MSGBLOK, ch.Change]:
         """The MSGBLOK of an arrival for `table`, and the change that stores it there. A large
-        message's text stays where its segments were written; the row names it."""
+        message's text stays where its segments were written; the row names it. A protected message
+        for another host keeps its end-to-end trailer; one for this host, how it was protected."""
         src.counters["received"] += 1
         self.counters["received"] += 1
         stored = m.data if isinstance(m.data, Stored) else None
-        flags = from_wire(env.flags, m.from_id[2:].rstrip() == DAEMON_NAME)
+        flags = from_wire(env.flags, is_daemon(m.from_id)) | protection
         blk = MSGBLOK(self.seqs.take(), m.to_id, m.from_id, m.msg_id, m.user_id, m.data, wall,
                       env.hops if hops is None else hops, env.pseq,
                       env.epoch if env.pseq or env.epoch != envelope.NO_EPOCH else "",
                       wall + env.ttl / 10 if env.ttl else 0.0, flags, crc=stored.crc if stored else 0,
-                      priority=env.priority)
+                      priority=env.priority, seal=env.e2e if table is Table.SEND_LIST else b"")
         if stored:
             self.blobs.later(stored)  # its last segment is written with this pass's commit
         add = ch.add_block(table, blk)

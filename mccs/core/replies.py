@@ -107,6 +107,7 @@ class Message(NamedTuple):
     reply: bool = False
     ok: bool = True
     copy: bool = False
+    e2e: str = "none"  # how it came: "signed" or "sealed" end to end (mccs.core.e2e), or "none"
 
     def wire(self) -> dict:
         body: dict[str, object] = {"rid": self.rid, "from_id": self.from_id, "to_id": self.to_id,
@@ -121,6 +122,8 @@ class Message(NamedTuple):
             body["data"] = base64.b64encode(self.data).decode("ascii")
         if self.copy:
             body["copy"] = True
+        if self.e2e != "none":
+            body["e2e"] = self.e2e
         return body
 
 

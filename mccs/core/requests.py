@@ -39,6 +39,7 @@ class Code(StrEnum):
     CANCELLED = "cancelled"
     PURGED = "purged"
     REFUSED = "refused"
+    NO_KEY = "no_key"  # e2e is on and the destination host's key is not trusted here
     TIMEOUT = "timeout"  # the client library's own (NotStored): a SEND's timeout passed; no daemon sends it
 
 

@@ -30,7 +30,8 @@ from checkpoint.store import Checkpoint, CheckpointError, CheckpointFull
 from linedrivers.port import SerialPort
 
 from mccs.core import requests
-from mccs.daemon import server, service
+from mccs.daemon import keys, server, service
+from mccs.daemon.keys import KeyFileError
 from mccs.config import HostConfig, LineConfig
 from mccs.daemon.driver import perform, prior
 from mccs.core.effects import Reply, StartProgram, TraceEvent
@@ -43,6 +44,7 @@ from mccs.daemon.trace import TraceWriter
 log = logging.getLogger("mccs.daemon.shell")
 
 GATHER_WAIT = 0.0005  # seconds a pass may wait for the processes its last commit answered (group commit)
+KEYS_CHECK = 1.0  # seconds between looks at the key and trust files' times (mccs keys while the daemon runs)
 SPACE_CHECK = 1.0  # seconds between checks of the free space, while changes are made
 FULL_PROBE = 2.0  # seconds between attempts to write again while the disk is full
 RECOVERY_LIMIT = 5  # failed passes within RECOVERY_WINDOW seconds (other than a full disk) stop the daemon
@@ -86,6 +88,8 @@ class Daemon:
     # -- Initialization -----------------------------------------------------------------------
     def initialize(self) -> None:
         """Open the checkpoint and restore the lists exactly as they were at the last commit."""
+        self._keys_stamp, self._keys_checked = keys.stamp(self.cfg), time.monotonic()
+        self.keys = keys.keyring(self.cfg, time.time())  # (a key file that cannot be used stops the start here)
         self.cp = Checkpoint(self.cfg.checkpoint, self.host, self.cfg.synchronous, new=self.new_checkpoint)
         try:
             self.kernel = self._core()
@@ -100,7 +104,23 @@ class Daemon:
                  lists["send"], lists["recv"], lists["wait"], self.kernel.ids.next_id)
 
     def _core(self) -> Kernel:
-        return Kernel(self.cfg, self.cp.restore(), random_bytes=secrets.token_bytes)
+        return Kernel(self.cfg, self.cp.restore(), random_bytes=secrets.token_bytes, keys=self.keys)
+
+    def _reload_keys(self, now: float) -> None:
+        """`mccs keys` changed the key file or the trust file: the core takes them from the next pass.
+        A file that cannot be used now is logged, and the keys read before stay."""
+        self._keys_checked = now
+        stamp = keys.stamp(self.cfg)
+        if stamp == self._keys_stamp:
+            return
+        self._keys_stamp = stamp
+        try:
+            self.keys = keys.keyring(self.cfg, time.time())
+        except (KeyFileError, OSError) as e:
+            log.error("%s: the keys were not read again, those read before stay: %s", self.host, e)
+            return
+        self.kernel.keys_changed(self.keys)
+        log.info("%s: read the key file and the trust file again", self.host)
 
     def run(self) -> int:
         """Initialization, then the loop until SIGTERM or SIGINT."""
@@ -281,6 +301,8 @@ class Daemon:
             self._gathering = None
         self.passes += 1
         now = time.monotonic()
+        if now - self._keys_checked >= KEYS_CHECK:
+            self._reload_keys(now)
         try:
             fx = self.kernel.run_pass(now, time.time())
         except Exception as e:  # a bug: the core may be half changed, so it is rebuilt from the checkpoint
