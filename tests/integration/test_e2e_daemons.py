@@ -39,10 +39,11 @@ class Chain:
                                        routes.get(h, ()), processes.get(h, ()), **(host_keys if h in keyed else {}))
         for h in keyed:
             _cli("keys", "init", "-c", str(self.cfg[h]))
+        shown = {h: _cli("keys", "show", "-c", str(self.cfg[h])).split() for h in keyed}  # ["AA", KEY]
         for h in keyed:
             for other in keyed:
                 if other != h:
-                    _cli("keys", "trust", "-c", str(self.cfg[h]), *_cli("keys", "show", "-c", str(self.cfg[other])).split())
+                    _cli("keys", "trust", "-c", str(self.cfg[h]), *shown[other])
         self.d = {h: DaemonProcess(self.cfg[h]).start() for h in self.cfg}
 
     def counters(self, host: str) -> dict:
