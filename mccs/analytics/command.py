@@ -106,6 +106,8 @@ def terminal_table(summary: dict) -> str:
                f"pending {m['pending']}  duplicated {m['duplicated']}  unmatched {m['unmatched']}")
     out.append(f"latency: p50 {duration(lat['p50'])}  p95 {duration(lat['p95'])}  p99 {duration(lat['p99'])}  "
                f"max {duration(lat['max'])}")
+    if m.get("refused"):
+        out.append(f"refused: {m['refused']}  " + "  ".join(f"{k} {n}" for k, n in m["refused_by_reason"].items()))
     r = summary.get("routing")
     if r and (r["forwarded_events"] or m["expired"] or m["notices"]["accepted"] or (r["hops_max"] or 0) > 1):
         hop = r["latency_per_hop"]

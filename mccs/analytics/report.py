@@ -232,6 +232,7 @@ def page(summary: dict, tables: dict, files: ReportFiles) -> str:
                     for k in ("accepted", "delivered", "lost", "pending", "duplicated", "duplicate_arrivals",
                               "unmatched", "expired")]
     message_rows += [{"figure": f"expired ({k})", "messages": n} for k, n in m["expired_by_reason"].items()]
+    message_rows += [{"figure": f"refused ({k})", "messages": n} for k, n in m.get("refused_by_reason", {}).items()]
     message_rows += [{"figure": f"notices {k}", "messages": m["notices"][k]} for k in ("accepted", "delivered", "lost")]
     routing = [{"figure": "forwarded (events)", "value": r["forwarded_events"]},
                {"figure": "messages forwarded", "value": r["forwarded_messages"]},

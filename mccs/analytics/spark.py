@@ -13,6 +13,7 @@ per-hop latency, expired, notices, paths) are documented in `schema`.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 from collections.abc import Iterable, Sequence
@@ -23,6 +24,7 @@ from operator import itemgetter
 from mccs.analytics import AnalyzeError
 from mccs.analytics.progress import QUIET, Progress
 from mccs.analytics.schema import (ARRIVAL_KINDS, DATA_KINDS, EXPIRY_REASONS, MINUTE, MSG_KINDS, NOTICE_KINDS,
+                                   REFUSAL_REASONS,
                                    PATH_SLOTS, PERCENTILES, REJECT_KINDS, SCHEMA, SCHEMA_VERSION, line_rows, time_bin,
                                    verdict)
 from mccs.analytics.session import LOG4J, java_available, start_session
@@ -83,6 +85,8 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
         messages, routing, hosts_hwm, histogram, problems, latency_bins = _messages(table.result(), accepted,
                                                                                         width)
         routing["route_changes"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "line" and k == "route")
+        messages["refused"] = sum(v["n"] for (t, _, _, _, k), v in counts.items() if t == "msg" and k == "refused")
+        messages["refused_by_reason"] = _refusals(events, in_window) if messages["refused"] else {}
         directions = _directions(counts, minutes, up, baud, ws, we)
         if traffic is None:
             progress.stage(f"counting frames per {width} s")
@@ -109,6 +113,18 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
         return summary
     finally:
         _drop(table)
+
+
+def _refusals(events, in_window) -> dict[str, int]:
+    """Refused arrivals by reason (the code an end-to-end refusal traces; a refused segment's reason
+    is a sentence): one more scan, made only when the first pass counted some."""
+    from pyspark.sql import functions as F
+    rows = (events.filter(in_window & (F.col("type") == "msg") & (F.col("kind") == "refused"))
+            .groupBy("reason").count().collect())
+    out: collections.Counter = collections.Counter()
+    for r in rows:
+        out[r["reason"] if r["reason"] in REFUSAL_REASONS else "other"] += r["count"]
+    return dict(out)
 
 
 def _frames():

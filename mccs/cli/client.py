@@ -352,6 +352,9 @@ def _print_status(s: dict) -> None:
     for origin, held in s.get("held_for_order", {}).items():
         print(f"held for order: {held['held']} from {origin}, waiting for its number {held['next']}")
     print("counters: " + "  ".join(f"{k} {v}" for k, v in sorted(s["counters"].items())))
+    refused = {k[len("refused_"):]: v for k, v in s["counters"].items() if k.startswith("refused_")}
+    if refused:  # end to end (docs/E2E.md): by reason
+        print("refused: " + "  ".join(f"{k} {v}" for k, v in sorted(refused.items())))
 
 
 def _mib(n: float) -> str:

@@ -168,7 +168,7 @@ class MessageReceiver:
         src.counters["refused"] += 1
         self.counters["refused"] += 1
         self.counters[f"refused_{why.code}"] += 1
-        fx.trace("msg", "refused", src.peer, src.proto, reason=str(why), code=why.code, **fields(m))
+        fx.trace("msg", "refused", src.peer, src.proto, reason=why.code, detail=str(why), **fields(m))
         log.warning("%s: refused %s/%d from %s for %s (by %s): %s", self.host, m.origin, m.msg_id, m.from_id.rstrip(),
                     m.to_id.rstrip(), src.peer, why)
         if env is not None and env.pseq:

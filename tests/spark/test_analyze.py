@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mccs.analytics.command import run_analysis
+from mccs.analytics.command import run_analysis, terminal_table
 from mccs.testbed.tracegen import generate, latency_stats, up_seconds
 
 pytestmark = pytest.mark.spark
@@ -293,3 +293,20 @@ def test_bench_ceiling_scans_read_every_event_of_both_forms(spark, traces, tmp_p
     older = tmp_path / "older"
     spark.read.parquet(str(tmp_path / "parquet")).drop("frames").write.partitionBy("host", "date").parquet(str(older))
     assert set(scans(spark, "parquet", older, events)) == {"count", "parse"}
+
+
+@pytest.mark.xdist_group("spark-2")
+@pytest.mark.timeout(180)
+def test_refused_arrivals_are_counted_by_reason(spark, tmp_path):
+    """End-to-end refusals (docs/E2E.md) as a destination traces them: counted apart, by reason."""
+    generate(tmp_path / "traces", hosts=2, messages=50)
+    reasons = ["bad_tag", "bad_tag", "unsigned", "not_accepted", "a segment's sentence"]
+    with open(tmp_path / "traces" / "AB" / "AB-1700000000-002.jsonl", "w") as f:
+        for i, reason in enumerate(reasons):
+            f.write(json.dumps({"v": 1, "ts": 1700000010.0 + i, "host": "AB", "line": "AA", "proto": "async",
+                                "type": "msg", "kind": "refused", "reason": reason, "origin": "AA", "msg_id": 60000 + i,
+                                "from_id": "AASND ", "to_id": "ABRCV ", "user_id": 1}) + "\n")
+    summary = run_analysis([str(tmp_path / "traces")], spark=spark)
+    assert summary["messages"]["refused"] == 5
+    assert summary["messages"]["refused_by_reason"] == {"bad_tag": 2, "unsigned": 1, "not_accepted": 1, "other": 1}
+    assert "refused: 5" in terminal_table(summary)

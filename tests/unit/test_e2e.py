@@ -176,7 +176,7 @@ def test_a_message_altered_at_the_transit_host_is_refused_its_origin_told_and_th
     net.run(duration=400)
     assert [base64.b64decode(m["data"]) for m in _texts(dst, 2)] == [b"m2", b"m3"]  # after e2e_gap_wait
     refused = [t for t in net["CC"].traces if t.kind == "refused"]
-    assert len(refused) == 1 and refused[0].fields["code"] == "bad_tag"
+    assert len(refused) == 1 and refused[0].fields["reason"] == "bad_tag"
 
 
 def test_a_forged_message_is_refused_and_the_genuine_one_with_its_numbers_is_still_delivered(tmp_path):
