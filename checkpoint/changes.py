@@ -34,6 +34,7 @@ class Table(StrEnum):
     CUSTODY_OUT = "custody_out"  # per destination host and priority: this origin keeps copies from pseq `first`
     #                              (since the destination's `epoch`)
     CUSTODY_IN = "custody_in"  # per origin host and priority: its custody stream here (epoch), and whether syncing
+    RETIRED = "retired_epochs"  # per origin host and priority: epochs its stream left here (replays are refused)
     GAPS = "e2e_gaps"  # per origin host, priority, epoch and PSEQ that came refused: until when its stream waits
 
 
@@ -306,6 +307,12 @@ def set_gap(origin: str, priority: int, epoch: str, pseq: int, until: float) -> 
                   (origin, priority, epoch, pseq, until))
 
 
+def retire_epoch(origin: str, priority: int, epoch: str) -> Change:
+    """The stream from `origin` went on under a new epoch: a protected message of this one is a replay."""
+    return Change(f"INSERT OR IGNORE INTO {Table.RETIRED} (origin, priority, epoch) VALUES (?, ?, ?)",
+                  (origin, priority, epoch))
+
+
 def delete_gap(origin: str, priority: int, epoch: str, pseq: int) -> Change:
     return Change(f"DELETE FROM {Table.GAPS} WHERE origin = ? AND priority = ? AND epoch = ? AND pseq = ?",
                   (origin, priority, epoch, pseq))
@@ -340,3 +347,4 @@ class Restored:
     custody_out: dict[tuple[str, int], Kept] = field(default_factory=dict)
     custody_in: dict[tuple[str, int], tuple[str, bool]] = field(default_factory=dict)  # -> (epoch, syncing)
     gaps: list[tuple[str, int, str, int, float]] = field(default_factory=list)  # (origin, priority, epoch, pseq, until)
+    retired: list[tuple[str, int, str]] = field(default_factory=list)  # (origin, priority, epoch)

@@ -42,6 +42,7 @@ PAIR_OUT_SCHEMA = {"dest": str, "priority": int, "next": int}
 PAIR_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "expect": int}
 CUSTODY_OUT_SCHEMA = {"dest": str, "priority": int, "first": int, "epoch": str, "mine": str, "syncing": int}
 CUSTODY_IN_SCHEMA = {"origin": str, "priority": int, "epoch": str, "syncing": int}
+RETIRED_SCHEMA = {"origin": str, "priority": int, "epoch": str}
 GAPS_SCHEMA = {"origin": str, "priority": int, "epoch": str, "pseq": int, "until": float}
 
 log = logging.getLogger("checkpoint.store")
@@ -224,9 +225,12 @@ class Checkpoint:
 
     @staticmethod
     def _create_gaps(db: sqlite_utils.Database) -> None:
-        """Numbered messages that came refused (schema 12, mccs.core.e2e): how long their stream waits."""
+        """Schema 12, end-to-end protection (mccs.core.e2e): numbered messages that came refused (how
+        long their stream waits), and the epochs each stream left (a protected message of one is a replay)."""
         if Table.GAPS not in db.table_names():
             db.table(Table.GAPS).create(GAPS_SCHEMA, pk=("origin", "priority", "epoch", "pseq"))
+        if Table.RETIRED not in db.table_names():
+            db.table(Table.RETIRED).create(RETIRED_SCHEMA, pk=("origin", "priority", "epoch"))
 
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
@@ -454,7 +458,8 @@ class Checkpoint:
                          q(f"SELECT dest, priority, first, epoch, mine, syncing FROM {Table.CUSTODY_OUT}")},
                         {(o, p): (e, bool(s)) for o, p, e, s in
                          q(f"SELECT origin, priority, epoch, syncing FROM {Table.CUSTODY_IN}")},
-                        q(f"SELECT origin, priority, epoch, pseq, until FROM {Table.GAPS}").fetchall())
+                        q(f"SELECT origin, priority, epoch, pseq, until FROM {Table.GAPS}").fetchall(),
+                        q(f"SELECT origin, priority, epoch FROM {Table.RETIRED}").fetchall())
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:

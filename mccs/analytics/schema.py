@@ -9,7 +9,7 @@ Routed traffic (issue 11; keys added within version 1, docs/ANALYTICS.md's table
 |---|---|
 | `messages.expired` | accepted messages with an `expired` event (hop limit, ttl) and never delivered: removed on purpose, their sender told; not counted in `lost` nor `pending` |
 | `messages.refused` | arrivals a destination refused (`refused` events: end-to-end protection, `accept_from`, a bad segment) |
-| `messages.refused_by_reason` | those by `reason`: `bad_tag`, `untrusted`, `unsigned`, `ttl_raised`, `not_accepted`, `old_key`, `mode`, or `"other"` (docs/E2E.md) |
+| `messages.refused_by_reason` | those by `reason`: `bad_tag`, `untrusted`, `unsigned`, `ttl_raised`, `not_accepted`, `old_key`, `mode`, `replay`, or `"other"` (docs/E2E.md) |
 | `messages.expired_by_reason` | those by the `reason` of their `expired` event: `{"hop limit": n, "ttl": n}`, plus `"other"` (another reason or none) when there is one |
 | `messages.latency_received` | `count`, `mean`, `p50`, `p95`, `p99`, `max` of the seconds from `accepted` at the origin to the first `received` at the destination, over the messages received |
 | `messages.notices` | notices (messages a daemon made, FROM_ID host + `MCCS`; their `accepted` carries `notice`): `accepted`, `delivered` (taken by their process), `lost`, and `by_kind` `{"delivered": n, "undeliverable": n}` (+ `"other"`). Notices are counted in the other message figures too |
@@ -42,7 +42,7 @@ MSG_KINDS = ("accepted", "sent", "forwarded", "acked", "received", "delivered", 
 ARRIVAL_KINDS = ("accepted", "forwarded", "received", "duplicate", "expired")   # a message is at the host
 EXPIRY_REASONS = ("hop limit", "ttl")   # `reason` of `expired`; any other is counted as "other"
 #: `reason` of an end-to-end `refused` (mccs.core.e2e); a refused segment's, a sentence, is "other"
-REFUSAL_REASONS = ("bad_tag", "untrusted", "unsigned", "ttl_raised", "not_accepted", "old_key", "mode")
+REFUSAL_REASONS = ("bad_tag", "untrusted", "unsigned", "ttl_raised", "not_accepted", "old_key", "mode", "replay")
 NOTICE_KINDS = ("delivered", "undeliverable")   # `notice` of a notice's `accepted`; any other: "other"
 PATH_SLOTS = 8                          # hosts of a message's path kept (more end the path with ">...")
 PERCENTILES = (0.5, 0.95, 0.99)

@@ -67,7 +67,7 @@ class Kernel:
         self.disk_full = False
         hs = HostState(cfg, Lists(), MsgIds(self.host, state.next_msg_id, state.sent_keys), Sequence(state.next_seq),
                        Pairs(state.epoch, PairsOut(state.pairs_out, state.custody_out),
-                             PairsIn(state.pairs_in, state.custody_in, state.gaps)),
+                             PairsIn(state.pairs_in, state.custody_in, state.gaps, state.retired)),
                        RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
                                     cfg.routing == "auto", state.known_hosts,
                                     {lc.peer for lc in cfg.lines if lc.protocol == "bsc"}),

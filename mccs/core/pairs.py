@@ -30,8 +30,10 @@ from typing import Callable
 from checkpoint import changes as ch
 from checkpoint.changes import Change, Kept
 
+from mccs.core.e2e import STORED
 from mccs.core.lists import MSGBLOK
 
+PROTECTED = sum(STORED.values())  # the stored flags of a message verified end to end
 
 class Verdict(StrEnum):
     DELIVER = "deliver"  # in order: it, and any held ones after it, are ready for RECV
@@ -85,12 +87,18 @@ class PairsIn:
 
     def __init__(self, state: dict[tuple[str, int], tuple[str, int]],
                  custody: dict[tuple[str, int], tuple[str, bool]] | None = None,
-                 gaps: list[tuple[str, int, str, int, float]] | None = None):
+                 gaps: list[tuple[str, int, str, int, float]] | None = None,
+                 retired: list[tuple[str, int, str]] | None = None):
         self.pairs = {stream: PairIn(epoch, expect) for stream, (epoch, expect) in state.items()}
         # (origin, priority, epoch) -> {PSEQ that came refused: until when its stream waits for it (0: no longer)}
         self.gaps: dict[tuple[str, int, str], dict[int, float]] = {}
         for origin, priority, epoch, pseq, until in gaps or ():
             self.gaps.setdefault((origin, priority, epoch), {})[pseq] = until
+        self.retired = {(origin, priority, epoch) for origin, priority, epoch in retired or ()}
+
+    def is_retired(self, stream: tuple[str, int], epoch: str) -> bool:
+        """Did the stream go on under another epoch since this one (a message of it is a replay)?"""
+        return (*stream, epoch) in self.retired
         for stream, (epoch, syncing) in (custody or {}).items():
             pair = self.pairs.get(stream)
             if pair is not None and pair.epoch == epoch:
@@ -116,18 +124,22 @@ class PairsIn:
         pair = self.pairs.get(blk.stream)
         ready: list[MSGBLOK] = []
         created = False
+        retire: list[Change] = []
         if pair is None or pair.epoch != blk.epoch:  # a new origin, or its checkpoint started afresh
             if pair is not None:
                 ready = [pair.held[n] for n in sorted(pair.held)]
+            if pair is not None and blk.flags & PROTECTED:  # its origin vouches for the new epoch
+                self.retired.add((*blk.stream, pair.epoch))
+                retire.append(ch.retire_epoch(*blk.stream, pair.epoch))
             pair = self.pairs[blk.stream] = PairIn(blk.epoch)
             created = True
         if blk.pseq < pair.expect or blk.pseq in pair.held:
-            return Verdict.DUPLICATE, ready, []
+            return Verdict.DUPLICATE, ready, retire
         pair.held[blk.pseq] = blk
         if pair.syncing:  # nothing goes on before the origin's probe
-            return Verdict.HELD, ready, []
+            return Verdict.HELD, ready, retire
         start = pair.expect
-        changes = self._drain(blk.stream, pair, ready)
+        changes = retire + self._drain(blk.stream, pair, ready)
         changes += [ch.set_pair_in(*blk.stream, pair.epoch, pair.expect)] if pair.expect != start or created else []
         return (Verdict.DELIVER if pair.expect > blk.pseq else Verdict.HELD), ready, changes
 

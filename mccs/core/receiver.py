@@ -143,6 +143,8 @@ class MessageReceiver:
             if isinstance(m.data, Stored):
                 raise e2e.Refused("protected, but in segments, which this version does not verify", "mode")
             plain, mode = e2e.open_(self.keys, e2e.Header.of(m, env), env.ttl, bytes(m.data), env.e2e)
+            if env.pseq and self.pairs.into.is_retired((m.origin, env.priority), env.epoch):
+                raise e2e.Refused(f"numbered under an epoch {m.origin} has left (a replay)", "replay")
             m, protection = dataclasses.replace(m, data=plain), e2e.STORED[mode]
         elif env is None or not env.flags & VOID:  # (a void has no text to verify: it only passes a place)
             if self.accept_signed:
@@ -171,7 +173,7 @@ class MessageReceiver:
         fx.trace("msg", "refused", src.peer, src.proto, reason=why.code, detail=str(why), **fields(m))
         log.warning("%s: refused %s/%d from %s for %s (by %s): %s", self.host, m.origin, m.msg_id, m.from_id.rstrip(),
                     m.to_id.rstrip(), src.peer, why)
-        if env is not None and env.pseq:
+        if env is not None and env.pseq and why.code != "replay":
             wait = 0.0 if why.code == "not_accepted" else min(self.gap_wait, env.ttl / 10 if env.ttl else self.gap_wait)
             fx.change(*self.pairs.into.refused((m.origin, env.priority), env.epoch, env.pseq, wall + wait))
         if env is None or not env.flags & (envelope.NOTICE | VOID):

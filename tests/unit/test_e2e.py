@@ -120,9 +120,13 @@ def _chain(tmp_path, mode: str = "seal", **keys) -> SimNet:
     ka, kc = X25519PrivateKey.generate(), X25519PrivateKey.generate()
     net["AA"].keys.update(Keyring("AA", [ka], {"CC": [e2e.public_bytes(kc)]}))
     net["CC"].keys.update(Keyring("CC", [kc], {"AA": [e2e.public_bytes(ka)]}))
+    _converged(net)
+    return net
+
+
+def _converged(net: SimNet) -> None:
     assert net.run(lambda: all(h.kernel.routes.best.get(o) and h.kernel.routes.best[o].dist < INFINITY
                                for h in net.hosts.values() for o in net.hosts if o != h.id), duration=30)
-    return net
 
 
 def _texts(client, n: int) -> list[dict]:
@@ -220,3 +224,28 @@ def test_a_send_to_a_host_whose_key_is_not_trusted_is_refused_with_e2e_on(tmp_pa
     net = _chain(tmp_path)
     reply = net.client("AA", "S").send("BBR", b"x")
     assert reply["ok"] is False and reply["code"] == "no_key" and "mccs keys trust BB" in reply["error"]
+
+
+def test_a_replay_of_an_epoch_its_origin_left_is_refused_once_a_protected_message_of_the_new_one_came(tmp_path):
+    net = _chain(tmp_path)
+    src, dst = net.client("AA", "S"), net.client("CC", "R")
+    src.send("CCR", b"first")
+    assert _texts(dst, 1)[0]["e2e"] == "sealed"
+    captured = []
+    tap = net["CC"].kernel.receiver.received
+
+    def keep(src_, img, routed, fx, now, wall):
+        captured.append((src_, img, routed))
+        tap(src_, img, routed, fx, now, wall)
+    net["CC"].kernel.receiver.received = keep
+    src.send("CCR", b"second")
+    assert base64.b64decode(_texts(dst, 1)[0]["data"]) == b"second"
+    net["AA"].renew()  # AA's checkpoint started afresh: a new epoch
+    _converged(net)
+    src = net.client("AA", "S")
+    src.send("CCR", b"third")
+    assert base64.b64decode(_texts(dst, 1)[0]["data"]) == b"third"
+    arrival, img, routed = next(c for c in captured if c[2] and envelope.unwrap(c[1], 128)[1].e2e)  # "second"
+    net["CC"].kernel.receiver.received(arrival, img, routed, net["CC"].kernel._fx, net.now, net.now + 1.8e9)
+    assert net["CC"].kernel.counters["refused_replay"] == 1
+    assert dst.recv(timeout=10)["msg"] is None
