@@ -95,14 +95,14 @@ class PairsIn:
         for origin, priority, epoch, pseq, until in gaps or ():
             self.gaps.setdefault((origin, priority, epoch), {})[pseq] = until
         self.retired = {(origin, priority, epoch) for origin, priority, epoch in retired or ()}
-
-    def is_retired(self, stream: tuple[str, int], epoch: str) -> bool:
-        """Did the stream go on under another epoch since this one (a message of it is a replay)?"""
-        return (*stream, epoch) in self.retired
         for stream, (epoch, syncing) in (custody or {}).items():
             pair = self.pairs.get(stream)
             if pair is not None and pair.epoch == epoch:
                 pair.custody, pair.syncing = True, syncing
+
+    def is_retired(self, stream: tuple[str, int], epoch: str) -> bool:
+        """Did the stream go on under another epoch since this one (a message of it is a replay)?"""
+        return (*stream, epoch) in self.retired
 
     def renewed(self, origin: str, epoch: str) -> bool:
         """Does `epoch` say the origin was started afresh since its last numbered message here (on
