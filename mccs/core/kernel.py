@@ -31,7 +31,7 @@ from mccs.core.envelope import FAILED, RECEIPT, REPLY, VOID
 from mccs.core.epochs import PeerEpochs
 from mccs.core.msgids import KeyWindow, MsgIds
 from mccs.core.notices import NAME as NOTICE_NAME
-from mccs.core.notices import Notices, fields
+from mccs.core.notices import DAEMON_ROOM, Notices, fields
 from mccs.core.pairs import Pairs, PairsIn, PairsOut
 from mccs.core.receiver import MessageReceiver
 from mccs.core.routing import RoutingTable
@@ -309,6 +309,11 @@ class Kernel:
                                                f"a [[route]], or a host learned from the network): TO_ID "
                                                f"{req.to_id.rstrip()!r} refused")
         dest = host_of(req.to_id)
+        whole = min([max(self.cfg.max_message, DAEMON_ROOM)] + [lc.frame_max for lc in self.cfg.lines])
+        if self.cfg.e2e != "off" and dest != self.host and len(req.data) > whole:
+            raise RequestError(Code.TOO_LARGE, f"message of {len(req.data)} bytes: with e2e = {self.cfg.e2e!r}, a "
+                                            f"message goes whole, at most {whole} bytes here (the protection of "
+                                            "one in segments is not built yet: docs/E2E.md)")
         if self.cfg.e2e != "off" and dest != self.host and not self.keys.trusts(dest):
             raise RequestError(Code.NO_KEY, f"e2e = {self.cfg.e2e!r} here, and no key of {dest!r} is trusted: "
                                             f"nothing was sent (mccs keys trust {dest} KEY, from `mccs keys show` "

@@ -226,6 +226,16 @@ def test_a_send_to_a_host_whose_key_is_not_trusted_is_refused_with_e2e_on(tmp_pa
     assert reply["ok"] is False and reply["code"] == "no_key" and "mccs keys trust BB" in reply["error"]
 
 
+def test_a_message_that_would_go_in_segments_is_refused_at_send_with_e2e_on(tmp_path):
+    net = _chain(tmp_path, max_message=1 << 20)
+    src = net.client("AA", "S")
+    assert src.send("CCR", b"x" * 8192)["ok"]  # a frame's worth (frame_max) goes whole, protected
+    reply = src.send("CCR", b"x" * 8193)
+    assert reply["ok"] is False and reply["code"] == "too_large" and "not built" in reply["error"]
+    got = _texts(net.client("CC", "R"), 1)
+    assert len(base64.b64decode(got[0]["data"])) == 8192 and got[0]["e2e"] == "sealed"
+
+
 def test_a_replay_of_an_epoch_its_origin_left_is_refused_once_a_protected_message_of_the_new_one_came(tmp_path):
     net = _chain(tmp_path)
     src, dst = net.client("AA", "S"), net.client("CC", "R")
