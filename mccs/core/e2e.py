@@ -43,6 +43,7 @@ assert TRAILER.size == E2E_SIZE
 AD = struct.Struct(">9sB6s6sHHBB4sII")  # "MCCS E2E1" MODE TO FROM MSG_ID USER_ID PRIORITY FLAGS EPOCH PSEQ TTL0
 LABEL = b"MCCS E2E1"
 COVERED = envelope.RECEIPT | envelope.NOTICE  # the flags a tag covers (a void has no text to verify)
+TTL_SLACK_HOPS = 16  # (the hop limit's most) tenths of a second a TTL may grow by rounding on the way
 
 
 class Mode(StrEnum):
@@ -171,8 +172,9 @@ def protect(keys: Keyring, mode: Mode, h: Header, ttl0: int, text: bytes) -> tup
     return out, TRAILER.pack(wire, okey, dkey, ttl0, tag)
 
 
-def open_(keys: Keyring, h: Header, ttl: int, text: bytes, trailer: bytes) -> tuple[bytes, Mode]:
-    """The plain text of a protected message for this host, and how it came; raises Refused."""
+def open_(keys: Keyring, h: Header, ttl: int, text: bytes, trailer: bytes, hops: int = 1) -> tuple[bytes, Mode]:
+    """The plain text of a protected message for this host, and how it came; raises Refused. Each
+    host on the way rounds the time left up to a tenth of a second: `hops` tenths are let pass."""
     wire, okey, dkey, ttl0, tag = TRAILER.unpack(trailer)
     mode = MODE_OF.get(wire)
     if mode is None:
@@ -181,7 +183,7 @@ def open_(keys: Keyring, h: Header, ttl: int, text: bytes, trailer: bytes) -> tu
     plain = _cipher(cipher_key, tag, text) if mode is Mode.SEALED else text
     if not hmac.compare_digest(_tag(mac_key, wire, h, ttl0, plain), tag):
         raise Refused("its tag does not verify: changed on the way, or forged")
-    if ttl0 and (ttl == 0 or ttl > ttl0):
+    if ttl0 and (ttl == 0 or ttl > ttl0 + min(max(hops, 1), TTL_SLACK_HOPS)):
         raise Refused(f"its ttl was raised on the way ({ttl0 / 10:.1f} s at its origin, {ttl / 10:.1f} s here)",
                       "ttl_raised")
     return plain, mode

@@ -616,8 +616,9 @@ class Lines:
         if isinstance(text, Stored):
             return self._hold(lcb, blk, "the peer does not take large messages (an older MCCS)")
         if lcb.routed:
-            if not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE:  # numbered as it
-                # first leaves on a routing line
+            if not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE and not blk.hops:  # numbered
+                # as it first leaves on a routing line (one that came back round goes on as it was, as custody's
+                # own messages, which lose LOOSE on the way, and a protected one, whose tag covers its numbers)
                 fx.change(*self.pairs.number(blk), ch.set_pseq(Table.SEND_LIST, blk.seq, blk.pseq, blk.epoch))
             flags = envelope.to_wire(blk.flags) | (envelope.SEGMENT if end is not None else 0)
             env = Envelope(blk.hops, flags, blk.epoch or self._unnumbered_epoch(blk), blk.pseq,

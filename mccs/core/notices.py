@@ -164,6 +164,7 @@ class Notices:
         if not blk.pseq:
             return False
         blk.data, blk.expires, blk.flags = (why.encode(), wall + self.ttl, VOID) if owes else (b"", 0.0, VOID)
+        blk.seal = b""  # (its end-to-end trailer went with its text: a void is not protected)
         return True
 
     def settle(self, fx: Effects, void: MSGBLOK, wall: float) -> None:

@@ -142,7 +142,7 @@ class MessageReceiver:
         if env is not None and env.e2e:
             if isinstance(m.data, Stored):
                 raise e2e.Refused("protected, but in segments, which this version does not verify", "mode")
-            plain, mode = e2e.open_(self.keys, e2e.Header.of(m, env), env.ttl, bytes(m.data), env.e2e)
+            plain, mode = e2e.open_(self.keys, e2e.Header.of(m, env), env.ttl, bytes(m.data), env.e2e, env.hops + 1)
             if env.pseq and self.pairs.into.is_retired((m.origin, env.priority), env.epoch):
                 raise e2e.Refused(f"numbered under an epoch {m.origin} has left (a replay)", "replay")
             m, protection = dataclasses.replace(m, data=plain), e2e.STORED[mode]

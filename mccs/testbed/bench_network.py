@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import multiprocessing as mp
 import platform
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 from mccs.testbed.bench_local import message_rate
-from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, give_keys, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.procstat import cpu_seconds, rss
 from mccs.testbed.vserial import Lines
@@ -42,14 +43,18 @@ IDLE_CPU_TARGET, IDLE_RSS_TARGET = 0.01, 40e6  # share of a core, bytes
 
 
 @contextlib.contextmanager
-def daemon_pair(root: Path, protocol: str, baud: int, **line_keys):
-    """Hosts AA and BB as daemon processes joined by one vserial line."""
+def daemon_pair(root: Path, protocol: str, baud: int, e2e: str = "off", **line_keys):
+    """Hosts AA and BB as daemon processes joined by one vserial line; with `e2e` sign or seal,
+    each has a key and trusts the other's (docs/E2E.md)."""
     with Lines(str(root / "dev"), ["AA-BB"], baud=baud) as vl:
         keys = {"protocol": protocol, "baud": baud, **timers(min(baud, 115200)), **line_keys}
-        a = DaemonProcess(write_config(root, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), "role": "primary",
-                                                     **keys}]))
-        b = DaemonProcess(write_config(root, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"),
-                                                     "role": "secondary", **keys}]))
+        configs = [write_config(root, "AA", [{"peer": "BB", "port": vl.port("AA", "BB"), "role": "primary", **keys}],
+                                e2e=e2e),
+                   write_config(root, "BB", [{"peer": "AA", "port": vl.port("BB", "AA"), "role": "secondary", **keys}],
+                                e2e=e2e)]
+        if e2e != "off":
+            give_keys(configs)
+        a, b = (DaemonProcess(c) for c in configs)
         with a, b:
             _wait_up(a)
             yield a, b
@@ -226,30 +231,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "cpu (per 1,000 messages at 115200), idle (a daemon with two lines), "
                         "urgent (priority 7 behind a queue at 9600 baud)")
     p.add_argument("--runs", type=int, default=3, help="runs; medians are reported")
+    p.add_argument("--e2e", default="off", help="comma-separated, of off, sign, seal: each protocol with each, "
+                                                "side by side (both daemons protect end to end: docs/E2E.md)")
     p.add_argument("--json", action="store_true")
 
 
-def one_run(protocol: str, parts: set[str], args: argparse.Namespace) -> dict:
+def one_run(protocol: str, parts: set[str], args: argparse.Namespace, e2e: str = "off") -> dict:
     """The parts asked for, once, each on fresh daemons."""
     out = {}
+    pair = functools.partial(daemon_pair, e2e=e2e)
     with tempfile.TemporaryDirectory(prefix="mccs-bench-") as tmp:
         root = Path(tmp)
         if "rate" in parts:
-            with daemon_pair(root / "fast", protocol, UNPACED) as (a, b):
+            with pair(root / "fast", protocol, UNPACED) as (a, b):
                 out["messages_per_s"] = rate = message_rate(a.config, b.config, "BB", 4, args.messages, 128)
                 out["latency_p50_ms"], out["latency_p99_ms"] = (
                     1000 * q for q in latency(a, b, rate / 2, min(2000, int(rate * 5)), 128))
         if "goodput" in parts:
-            with daemon_pair(root / "slow", protocol, 9600) as (a, b):
+            with pair(root / "slow", protocol, 9600) as (a, b):
                 out["goodput_9600"] = goodput(a, b, args.slow_messages, 128)
         if "cpu" in parts:
-            with daemon_pair(root / "cpu", protocol, 115200) as (a, b):
+            with pair(root / "cpu", protocol, 115200) as (a, b):
                 out.update(cpu_per_message(a, b, args.cpu_messages, 128))
                 out.update(cpu_per_message(a, b, args.cpu_messages, 128, CPU_BATCH))
         if "idle" in parts:
             out.update(idle_cost(root / "idle", protocol, args.idle_seconds))
         if "urgent" in parts:
-            with daemon_pair(root / "urgent", protocol, 9600) as (a, b):
+            with pair(root / "urgent", protocol, 9600) as (a, b):
                 out.update(urgent_wait(a, b, 300, args.urgent))
     return out
 
@@ -261,12 +269,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"mccs bench network: unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; "
                          f"choose from {', '.join(PARTS)}")
     results, met = [], True
-    for protocol in args.protocols.split(","):
+    for protocol, e2e in ((p, e) for p in args.protocols.split(",") for e in args.e2e.split(",")):
         runs = []
+        label = protocol if e2e == "off" else f"{protocol} e2e={e2e}"
         for i in range(args.runs):
-            runs.append(one_run(protocol, parts, args))
-            print(f"{protocol} run {i + 1}: " + "  ".join(f"{k} {v:.4g}" for k, v in runs[-1].items()), flush=True)
-        r = {"protocol": protocol, **{k: round(statistics.median(x[k] for x in runs), 4) for k in runs[0]}}
+            runs.append(one_run(protocol, parts, args, e2e))
+            print(f"{label} run {i + 1}: " + "  ".join(f"{k} {v:.4g}" for k, v in runs[-1].items()), flush=True)
+        r = {"protocol": protocol, "e2e": e2e,
+             **{k: round(statistics.median(x[k] for x in runs), 4) for k in runs[0]}}
         if "goodput" in parts:
             bare = measure(protocol, 9600, 8 if protocol == "async" else None, args.slow_messages, args.runs, 1)
             r["of_ceiling"] = round(r["goodput_9600"] / (9600 / 10) / bare.ceiling, 4)
@@ -286,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nmccs bench network ({platform.node()}, {mp.cpu_count()} cores, Python {platform.python_version()}, "
           f"median of {args.runs}; 128-byte messages)")
     for r in results:
-        print(f"{r['protocol']}:")
+        print(f"{r['protocol']}" + (f", e2e = {r['e2e']}:" if r["e2e"] != "off" else ":"))
         if "rate" in parts:
             print(f"  unpaced: {r['messages_per_s']:.0f} msg/s; at half that load p50 {r['latency_p50_ms']:.1f} ms, "
                   f"p99 {r['latency_p99_ms']:.1f} ms (target: async >= 1000 msg/s)")

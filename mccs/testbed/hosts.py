@@ -154,3 +154,16 @@ def wait_until(predicate, seconds: float, what: str):
             return got
         time.sleep(0.05)
     raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def give_keys(configs: Sequence[str | os.PathLike]) -> None:
+    """End-to-end keys for these hosts (docs/E2E.md), each trusting all the others: what `mccs keys
+    init`, `show` and `trust` do, in this process (for loopback runs and benchmarks)."""
+    from mccs.config import load
+    from mccs.daemon import keys
+    cfgs = [load(c) for c in configs]
+    private = {cfg.id: keys.new_private() for cfg in cfgs}
+    for cfg in cfgs:
+        keys.write_own(cfg.host_key, [keys.Entry("", private[cfg.id])])
+        # every host's key, its own too: hosts whose configs share a directory share the trust file
+        keys.write_trusted(cfg.known_hosts, [keys.Entry(h, keys.public_of(key)) for h, key in private.items()])

@@ -33,7 +33,7 @@ from typing import cast
 
 from linedrivers.ids import host_of
 from mccs.daemon.service import stop_on_sigterm
-from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, give_keys, write_config
 from mccs.testbed.vserial import Lines
 
 
@@ -60,6 +60,7 @@ class Options:
     disconnects: int = 0  # this many disconnects, likewise
     ttl: float | None = None  # seconds each message may wait on the way (None: the host's ttl)
     receipts: bool = False  # each message asks for a delivered notice
+    e2e: str = "off"  # sign or seal: every host protects end to end, each trusting all (docs/E2E.md)
     fault_drop_received: int = 0  # test of the verdict: receivers forget every Nth message they got
     quiet: bool = False
 
@@ -181,7 +182,9 @@ class Network:
                 lines.append({"peer": peer, "port": self.vlines.port(host, peer), "protocol": self.protocol[spec],
                               "baud": self.opts.baud, "role": "primary" if host < peer else "secondary",
                               **timers(self.opts.baud)})
-            self.daemons[host] = DaemonProcess(write_config(self.root, host, lines))
+            self.daemons[host] = DaemonProcess(write_config(self.root, host, lines, e2e=self.opts.e2e))
+        if self.opts.e2e != "off":
+            give_keys([d.config for d in self.daemons.values()])
 
     def plan_traffic(self) -> dict[str, list[str]]:
         """Each message: a sender process, a receiver process on a host it can reach."""
@@ -242,9 +245,17 @@ def read_logs(root: Path) -> tuple[dict, dict]:
             sent[(path.stem, int(seq))] = (int(msg_id), float(t), to_id)
     for path in sorted((root / "logs").glob("*.recv")):
         for line in path.read_text().splitlines():
-            sender, seq, t_sent, t_recv, _ = line.split()
+            sender, seq, t_sent, t_recv = line.split()[:4]
             got[(sender, int(seq))].append((path.stem, float(t_recv) - float(t_sent)))
     return sent, got
+
+
+def protection(root: Path) -> dict[str, int]:
+    """How the messages the receivers got came end to end: {"sealed": n, ...} (docs/E2E.md)."""
+    modes: collections.Counter[str] = collections.Counter()
+    for path in sorted((root / "logs").glob("*.recv")):
+        modes.update((line.split()[5:] or ["none"])[0] for line in path.read_text().splitlines())
+    return dict(modes)
 
 
 def read_notices(root: Path) -> dict[tuple[str, int], list[dict]]:
@@ -425,6 +436,11 @@ def run_network(opts: Options) -> dict:
         finally:
             net.stop()
     result = verdict(root, planned, statuses, opts.notices, opts.receipts)
+    result["e2e"] = protection(root)
+    result["refused"] = sum(s.get("counters", {}).get("refused", 0) for s in statuses.values() if s)
+    if opts.e2e != "off":  # every message came protected as asked, and nothing was refused
+        result["ok"] = result["ok"] and set(result["e2e"]) <= {"signed" if opts.e2e == "sign" else "sealed"} \
+            and not result["refused"]
     result.update(elapsed=round(time.monotonic() - t0, 2), kills=kills, disconnects=cuts, dir=str(root),
                   trace_dirs=[d.cfg.trace_dir for d in net.daemons.values()])
     return result
@@ -452,6 +468,9 @@ def print_verdict(v: dict, out=sys.stdout) -> None:
                  ("receipts twice", v["receipts_twice"]), ("receipts not due", v["receipts_wrong"]),
                  ("notices about nothing sent", v["notices_unknown"]), ("left on lists", left),
                  ("too_large (line counters)", v["too_large"]), ("too_large_returned", v["too_large_returned"])]
+    if set(v.get("e2e", {})) - {"none"} or v.get("refused"):
+        rows += [("how they came (e2e)", ", ".join(f"{k} {n}" for k, n in sorted(v["e2e"].items()))),
+                 ("refused at a destination", v.get("refused", 0))]
     for key in ("latency_p50", "latency_p95", "latency_p99"):
         if v.get(key) is not None:
             rows.append((f"latency {key[-3:]} (s)", f"{v[key]:.3f}"))
@@ -506,6 +525,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--dir", default=None, help="keep configs, checkpoints, traces and logs here")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--e2e", choices=("off", "sign", "seal"), default=d.e2e,
+                   help="every host signs or seals its messages end to end, each trusting all the others' keys")
     p.add_argument("--fault-drop-received", type=int, default=0, help=argparse.SUPPRESS)
 
 

@@ -1,7 +1,7 @@
 """Traffic processes for `mccs loopback`: real processes that SEND and RECV through the library.
 
 A sender logs `msg_id seq send_time to_id` for every SEND once the library returned its MSG_ID;
-a receiver logs `from_id seq send_time recv_time msg_id` for every message RECV returned. The
+a receiver logs `from_id seq send_time recv_time msg_id e2e` for every message RECV returned. The
 message carries its sender's sequence number and send time, so the loopback runner can find
 lost, duplicated and reordered messages and latencies from the logs alone.
 
@@ -125,7 +125,7 @@ def recv(config: str, name: str, log: str, stopfile: str, forget_every: int = 0)
         if forget_every and got % forget_every == 0:
             return
         seq, sent = decode(msg.data)
-        out.write(f"{msg.from_id.rstrip()} {seq} {sent:.6f} {time.time():.6f} {msg.msg_id}\n")
+        out.write(f"{msg.from_id.rstrip()} {seq} {sent:.6f} {time.time():.6f} {msg.msg_id} {msg.e2e}\n")
     with connect(config, name) as client, open(log, "a", buffering=1) as out:
         receive(client, stopfile, handle)
 

@@ -18,11 +18,12 @@ from mccs.testbed.hosts import DaemonProcess, wait_until, write_config
 from mccs.testbed.loopback import verdict
 
 def _ring(tmp_path: Path, messages: int, kill_every: float, kills: int, disconnect_every: float,
-          disconnects: int, timeout: float) -> dict:
+          disconnects: int, timeout: float, *more: str) -> dict:
     """`mccs loopback` on a 5-host ring with every host default, ttl 2.5 s and receipts; its JSON verdict."""
     args = ["--hosts", "5", "--topology", "ring", "--messages", str(messages), "--ttl", "2.5", "--receipts",
             "--kill-every", str(kill_every), "--kills", str(kills), "--disconnect-every", str(disconnect_every),
-            "--disconnects", str(disconnects), "--timeout", str(timeout), "--dir", str(tmp_path / "run"), "--json"]
+            "--disconnects", str(disconnects), "--timeout", str(timeout), "--dir", str(tmp_path / "run"), "--json",
+            *more]
     out = subprocess.run([sys.executable, "-m", "mccs.cli", "loopback", *args], capture_output=True, text=True,
                          check=False, timeout=timeout + 60)
     # 1 with a verdict: it failed (asserted below); without one, the run itself failed
@@ -51,6 +52,15 @@ def test_ring_of_five_with_defaults_ttl_receipts_kills_and_cuts(tmp_path):
     v = _ring(tmp_path, 300, kill_every=1.5, kills=3, disconnect_every=1.0, disconnects=4, timeout=80)
     assert v["kills"] >= 2 and v["disconnects"] >= 2, v
     _assert_every_message_settled_once(v, 300)
+
+
+@pytest.mark.timeout(150)
+def test_the_same_ring_with_every_host_sealing_end_to_end(tmp_path):
+    """Issue 34: `mccs loopback` with faults stays green with e2e = "seal" on every host."""
+    v = _ring(tmp_path, 200, 1.5, 2, 1.0, 3, 80, "--e2e", "seal")
+    assert v["kills"] >= 1 and v["disconnects"] >= 2, v
+    _assert_every_message_settled_once(v, 200)
+    assert v["e2e"] == {"sealed": v["delivered"]} and v["refused"] == 0, v
 
 
 @pytest.mark.slow

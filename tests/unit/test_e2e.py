@@ -72,7 +72,8 @@ def test_every_covered_field_the_text_and_a_raised_ttl_are_refused(mode):
         e2e.open_(ring_d, HEADER, 600, flipped, trailer)
     with pytest.raises(Refused, match="does not verify"):  # TTL0 itself is covered
         e2e.open_(ring_d, HEADER, 600, out, trailer[:3] + (6000).to_bytes(4, "big") + trailer[7:])
-    for ttl in (601, 0):  # more time than it left with, or none at all
+    assert e2e.open_(ring_d, HEADER, 602, out, trailer, hops=2)[0] == b"hello"  # rounding up, a tenth a hop
+    for ttl in (602, 0):  # more time than it left with, or none at all
         with pytest.raises(Refused) as e:
             e2e.open_(ring_d, HEADER, ttl, out, trailer)
         assert e.value.code == "ttl_raised"
