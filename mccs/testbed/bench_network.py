@@ -36,7 +36,7 @@ from mccs.testbed.procstat import cpu_seconds, rss
 from mccs.testbed.vserial import Lines
 
 UNPACED = 10_000_000  # baud of the "unpaced" line: the relay never waits
-PARTS = ("rate", "goodput", "cpu", "idle", "urgent")
+PARTS = ("rate", "goodput", "cpu", "idle", "urgent", "crypto")
 CPU_TARGET = 0.5  # CPU-seconds per 1,000 messages per daemon (one message a SEND and a RECV)
 CPU_BATCH = 50  # the CPU part again with send_many and recv_many of this many
 IDLE_CPU_TARGET, IDLE_RSS_TARGET = 0.01, 40e6  # share of a core, bytes
@@ -228,7 +228,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how long the idle daemon is watched (twice: fresh, then restarted)")
     p.add_argument("--parts", default=",".join(PARTS),
                    help="comma-separated, of: rate (unpaced msg/s and latency), goodput (9600 baud), "
-                        "cpu (per 1,000 messages at 115200), idle (a daemon with two lines), "
+                        "cpu (per 1,000 messages at 115200), idle (a daemon with two lines), crypto (the "
+                        "end-to-end construction alone, with --e2e), "
                         "urgent (priority 7 behind a queue at 9600 baud)")
     p.add_argument("--runs", type=int, default=3, help="runs; medians are reported")
     p.add_argument("--e2e", default="off", help="comma-separated, of off, sign, seal: each protocol with each, "
@@ -259,7 +260,29 @@ def one_run(protocol: str, parts: set[str], args: argparse.Namespace, e2e: str =
         if "urgent" in parts:
             with pair(root / "urgent", protocol, 9600) as (a, b):
                 out.update(urgent_wait(a, b, 300, args.urgent))
+        if "crypto" in parts and e2e != "off":
+            out.update(crypto_cost(e2e, 20_000, 128))
     return out
+
+
+def crypto_cost(e2e: str, count: int, size: int) -> dict:
+    """The construction alone (mccs.core.e2e), in this process: microseconds to protect a message
+    at its origin and to open it at its destination."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from mccs.core import e2e as e
+    ka, kb = X25519PrivateKey.generate(), X25519PrivateKey.generate()
+    origin = e.Keyring("AA", [ka], {"BB": [e.public_bytes(kb)]})
+    dest = e.Keyring("BB", [kb], {"AA": [e.public_bytes(ka)]})
+    mode, text = e.SETTING[e2e], bytes(size)
+    headers = [e.Header("BBRECV", "AASEND", i & 0xFFFF, 0, 0, 0, "01020304", i + 1) for i in range(count)]
+    t0 = time.perf_counter()
+    sealed = [e.protect(origin, mode, h, 600, text) for h in headers]
+    t1 = time.perf_counter()
+    for h, (out, trailer) in zip(headers, sealed):
+        e.open_(dest, h, 600, out, trailer)
+    t2 = time.perf_counter()
+    return {"protect_us": (t1 - t0) / count * 1e6, "open_us": (t2 - t1) / count * 1e6}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -317,6 +340,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  idle with two lines, {w}: {r[f'idle_core_share_{w}']:.2%} of a core, "
                       f"{r[f'idle_rss_mb_{w}']:.1f} MB resident (targets < {IDLE_CPU_TARGET:.0%}, "
                       f"< {IDLE_RSS_TARGET / 1e6:.0f} MB)")
+        if "crypto" in parts and r["e2e"] != "off":
+            print(f"  the construction alone, a 128-byte message: {r['protect_us']:.1f} us to {r['e2e']} at its origin, "
+                  f"{r['open_us']:.1f} us to check{' and open' if r['e2e'] == 'seal' else ''} at its destination")
         if "urgent" in parts:
             print(f"  priority 7 behind 300 queued at 9600: waits {r['urgent_wait_ms_median']:.0f} ms (median), "
                   f"{r['urgent_wait_ms_max']:.0f} ms (max) beyond its own frame; one bulk frame "

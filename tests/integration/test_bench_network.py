@@ -27,3 +27,13 @@ def test_a_tiny_cpu_run_counts_what_each_message_costs_each_daemon():
     for h in ("AA", "BB"):
         assert r[f"passes_per_msg_{h}_batched"] >= r[f"commits_per_msg_{h}_batched"] > 0
     assert r["commits_per_msg_BB_batched"] < 1
+
+
+@pytest.mark.timeout(120)
+def test_a_tiny_cpu_run_with_every_message_sealed_end_to_end():
+    """`--e2e seal` (issue 34): both daemons have keys and trust each other; the run completes."""
+    p = mccs_cli("bench", "network", "--parts", "cpu", "--protocols", "async", "--cpu-messages", "40",
+                 "--runs", "1", "--e2e", "seal", "--json", timeout=110)
+    assert p.returncode in (0, 1), p.stderr
+    [r] = json.loads(p.stdout[p.stdout.index("["):])
+    assert r["e2e"] == "seal" and all(0 < r[f"cpu_s_per_1000_{h}"] < 100 for h in ("AA", "BB"))
