@@ -341,8 +341,9 @@ def run(args: argparse.Namespace) -> int:
                       f"{r[f'idle_rss_mb_{w}']:.1f} MB resident (targets < {IDLE_CPU_TARGET:.0%}, "
                       f"< {IDLE_RSS_TARGET / 1e6:.0f} MB)")
         if "crypto" in parts and r["e2e"] != "off":
+            opens = " and open" if r["e2e"] == "seal" else ""
             print(f"  the construction alone, a 128-byte message: {r['protect_us']:.1f} us to {r['e2e']} at its "
-                  f"origin, {r['open_us']:.1f} us to check{' and open' if r['e2e'] == 'seal' else ''} at its destination")
+                  f"origin, {r['open_us']:.1f} us to check{opens} at its destination")
         if "urgent" in parts:
             print(f"  priority 7 behind 300 queued at 9600: waits {r['urgent_wait_ms_median']:.0f} ms (median), "
                   f"{r['urgent_wait_ms_max']:.0f} ms (max) beyond its own frame; one bulk frame "
