@@ -25,7 +25,7 @@ from checkpoint.changes import Stored
 from checkpoint.store import RESTORED, Checkpoint
 from mccs.core import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
-from mccs.daemon.driver import perform, prior
+from mccs.daemon.driver import perform, prior, reply_text
 from mccs.core.e2e import Keyring
 from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
@@ -89,7 +89,7 @@ class SimHost:
         read from the checkpoint as the daemon does)."""
         body, stored = reply.wire(), reply.stored
         if stored is not None:
-            body["msg"]["data"] = _b64(self.cp.read_blob(stored, 0, stored.size))
+            body["msg"]["data"] = _b64(b"".join(reply_text(self.cp, reply)))
         self.inbox.setdefault(reply.conn, []).append(body)
 
     def pieces_read(self, pieces: list[tuple[Stored, int, bytes]]) -> None:

@@ -20,22 +20,25 @@ from checkpoint.changes import INLINE_MAX, Stored, Table
 from linedrivers.ids import host_of
 
 from mccs.core.effects import Effects
-from mccs.core.envelope import FAILED, REPLY
+from mccs.core.envelope import FAILED, REPLY, Envelope, to_wire
 from mccs.core.lists import MSGBLOK, PRQBLOK, RecvList
 from mccs.core.notices import fields
 from mccs.core.replies import NOTHING, Accepted, AcceptedMany, Body, Message, Received
 from mccs.core.segments import crc_of
-from mccs.core.e2e import mode_of
+from mccs.core import e2e
+from mccs.core.e2e import Keyring
 from mccs.core.sessions import Session, Sessions
 from mccs.core.host import HostState
 
 
-def message(blk: MSGBLOK, wall: float, copy: bool = False) -> Message:
+def message(blk: MSGBLOK, wall: float, keys: Keyring, copy: bool = False) -> Message:
     """A message for a RECV's reply (a copy for an observer has no rid: nothing to confirm).
-    `ttl`: the seconds its sender still waits (a request's reply is sent with no more)."""
+    `ttl`: the seconds its sender still waits (a request's reply is sent with no more). A sealed
+    message in segments is kept encrypted: the shell opens it as it sends it (`opening`)."""
+    opening = e2e.opening(keys, blk.origin, blk.seal) if isinstance(blk.data, Stored) and blk.seal else None
     return Message(None if copy else blk.seq, blk.from_id, blk.to_id, blk.msg_id, blk.user_id, blk.data,
                    round(max(0.0, blk.expires - wall), 3) if blk.expires else None,
-                   bool(blk.flags & REPLY), not blk.flags & FAILED, copy, str(mode_of(blk.flags)))
+                   bool(blk.flags & REPLY), not blk.flags & FAILED, copy, str(e2e.mode_of(blk.flags)), opening)
 
 
 def answer(fx: Effects, prq: PRQBLOK, body: Body) -> None:
@@ -50,6 +53,7 @@ class ProcessDispatcher:
         """`over_quota(to_id)`: does that process of this host have its max_waiting messages?"""
         self.host, self.buffers, self.ttl, self.blobs = hs.id, hs.cfg.buffers, hs.cfg.ttl, hs.blobs
         self.over_quota = over_quota
+        self.keys, self.e2e_mode, self.whole_max = hs.keys, e2e.SETTING[hs.cfg.e2e], e2e.whole_max(hs.cfg)
         self.lists, self.ids, self.seqs, self.sessions, self.counters = hs.lists, hs.ids, hs.seqs, sessions, hs.counters
 
     def sends(self, fx: Effects, wall: float) -> None:
@@ -113,6 +117,12 @@ class ProcessDispatcher:
         blk = MSGBLOK(seq, prq.to_id, prq.from_id, msg_id, prq.user_id or msg_id, prq.data, wall,
                       expires=wall + prq.ttl if prq.ttl else 0.0 if local else wall + self.ttl, flags=prq.flags,
                       priority=prq.priority)
+        if (not local and self.e2e_mode is not e2e.Mode.NONE and len(prq.data) > self.whole_max
+                and self.keys.trusts(host_of(prq.to_id))):  # it goes in
+            # segments: signed or sealed as a whole now, while the text is in memory (docs/E2E.md)
+            prq.data, blk.seal = e2e.seal_whole_text(self.keys, self.e2e_mode, e2e.Header.of(blk, Envelope(
+                flags=to_wire(blk.flags), priority=blk.priority)), prq.data)
+            blk.data = prq.data
         if len(prq.data) > INLINE_MAX:  # a large message: in the checkpoint only, from this pass's commit on
             blk.crc = crc_of(prq.data)
             blk.data = Stored(seq, len(prq.data), blk.crc)
@@ -163,7 +173,7 @@ class ProcessDispatcher:
             copy = self._copy(session, prq, recv)
             if copy is not None and (blk is None or copy.seq < blk.seq):
                 session.copies.remove(copy)
-                answer(fx, prq, Received(message(copy, wall, copy=True)))
+                answer(fx, prq, Received(message(copy, wall, self.keys, copy=True)))
             elif blk is not None:
                 msgs = [self._hand(blk, session, prq, wall)]
                 while len(msgs) < prq.most and not isinstance(blk.data, Stored) and not session.copies:
@@ -179,7 +189,7 @@ class ProcessDispatcher:
     def _hand(self, blk: MSGBLOK, session: Session, prq: PRQBLOK, wall: float) -> Message:
         self.lists.recv.hand(blk, session.conn)  # (the RECV's connection)
         session.handed[blk.seq] = blk
-        return message(blk, wall)
+        return message(blk, wall, self.keys)
 
     def _copy(self, session: Session, prq: PRQBLOK, recv: RecvList) -> MSGBLOK | None:
         """The first copy for this RECV; a large text's copy only while its message is here (its

@@ -21,6 +21,7 @@ Sans-I/O: keys are handed in (mccs.daemon.keys reads them from their files).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import struct
@@ -54,6 +55,12 @@ class Mode(StrEnum):
 
 
 WIRE_MODE = {Mode.SIGNED: 1, Mode.SEALED: 2}
+#: A message in segments (docs/E2E.md, "Messages in segments"): its SIV, then a trailer of these modes.
+WIRE_LARGE = {Mode.SIGNED: 3, Mode.SEALED: 4}
+LARGE_MODE_OF = {v: k for k, v in WIRE_LARGE.items()}
+SIV_SIZE = 16
+PENDING_SIZE = 1 + SIV_SIZE  # an origin's own message in segments, stored: MODE then its SIV
+assert envelope.LARGE_SIZE == SIV_SIZE + E2E_SIZE
 #: Stored flags of a message delivered here with its protection verified (mccs.core.envelope's list).
 STORED = {Mode.SIGNED: 0x400, Mode.SEALED: 0x800}
 MODE_OF = {v: k for k, v in WIRE_MODE.items()}
@@ -151,15 +158,22 @@ class Header:
                    env.epoch, env.pseq)
 
 
+def _ad(mode: int, h: Header, ttl0: int) -> bytes:
+    return AD.pack(LABEL, mode, h.to_id.encode(), h.from_id.encode(), h.msg_id, h.user_id, h.priority,
+                   h.flags & COVERED, bytes.fromhex(h.epoch or envelope.NO_EPOCH), h.pseq, ttl0)
+
+
 def _tag(mac_key: bytes, mode: int, h: Header, ttl0: int, text: bytes) -> bytes:
-    ad = AD.pack(LABEL, mode, h.to_id.encode(), h.from_id.encode(), h.msg_id, h.user_id, h.priority,
-                 h.flags & COVERED, bytes.fromhex(h.epoch or envelope.NO_EPOCH), h.pseq, ttl0)
-    return hmac.new(mac_key, ad + text, hashlib.sha256).digest()[:16]
+    return hmac.new(mac_key, _ad(mode, h, ttl0) + text, hashlib.sha256).digest()[:16]
+
+
+def _stream(cipher_key: bytes, tag: bytes):
+    """ChaCha20 with the tag as its nonce (counter 0), as a stream: the same function seals and opens."""
+    return Cipher(algorithms.ChaCha20(cipher_key, b"\0\0\0\0" + tag[:12]), mode=None).encryptor()
 
 
 def _cipher(cipher_key: bytes, tag: bytes, text: bytes) -> bytes:
-    """ChaCha20 with the tag as its nonce (counter 0): the same function seals and opens."""
-    c = Cipher(algorithms.ChaCha20(cipher_key, b"\0\0\0\0" + tag[:12]), mode=None).encryptor()
+    c = _stream(cipher_key, tag)
     return c.update(text) + c.finalize()
 
 
@@ -170,6 +184,94 @@ def protect(keys: Keyring, mode: Mode, h: Header, ttl0: int, text: bytes) -> tup
     tag = _tag(mac_key, wire, h, ttl0, text)
     out = _cipher(cipher_key, tag, text) if mode is Mode.SEALED else text
     return out, TRAILER.pack(wire, okey, dkey, ttl0, tag)
+
+
+def whole_max(cfg) -> int:
+    """The longest message a protected one goes whole (one frame on every line of the host); a
+    longer one is sealed as a whole at SEND and goes in segments."""
+    from mccs.core.notices import DAEMON_ROOM  # (notices needs this module's HostState first)
+    return min([max(cfg.max_message, DAEMON_ROOM)] + [lc.frame_max for lc in cfg.lines])
+
+
+def _static(h: Header) -> Header:
+    """What a message in segments' SIV covers: all but its numbers, which it gets later."""
+    return dataclasses.replace(h, epoch=envelope.NO_EPOCH, pseq=0)
+
+
+def seal_whole_text(keys: Keyring, mode: Mode, h: Header, text: bytes) -> tuple[bytes, bytes]:
+    """At SEND, for a message that goes in segments: its text as it is stored and sent (sealed:
+    encrypted), and what the origin keeps to protect it later (MODE and the SIV, PENDING_SIZE).
+    The SIV is the tag over all but the numbers, and the nonce of its encryption."""
+    mac_key, cipher_key, _, _ = keys.for_sending(h.to_id[:2])
+    wire = WIRE_LARGE[mode]
+    siv = _tag(mac_key, wire, _static(h), 0, text)
+    return (_cipher(cipher_key, siv, text) if mode is Mode.SEALED else text), bytes([wire]) + siv
+
+
+def protect_segments(keys: Keyring, pending: bytes, h: Header, ttl0: int) -> bytes:
+    """The trailer every segment of a message in segments carries (LARGE_SIZE): its SIV, then a
+    trailer whose tag covers the numbers, TTL0 and the SIV (so the text, through it)."""
+    wire, siv = pending[0], pending[1:]
+    mac_key, _, okey, dkey = keys.for_sending(h.to_id[:2])
+    return siv + TRAILER.pack(wire, okey, dkey, ttl0, _tag(mac_key, wire, h, ttl0, siv))
+
+
+class TextCheck:
+    """The destination's check of a message in segments: its tag over the numbers and SIV first
+    (check_segments), then its text, read back piece by piece in order (`update`): opened if
+    sealed, and its MAC against the SIV (`ok`). Kept in memory: after a restart it starts again."""
+
+    def __init__(self, mode: Mode, mac_key: bytes, cipher_key: bytes, h: Header, siv: bytes):
+        self.mode, self.siv = mode, siv
+        self.mac = hmac.new(mac_key, _ad(WIRE_LARGE[mode], _static(h), 0), hashlib.sha256)
+        self.opener = _stream(cipher_key, siv) if mode is Mode.SEALED else None
+        self.cipher_key = cipher_key
+        self.done = 0  # bytes checked
+
+    def update(self, piece: bytes) -> None:
+        self.mac.update(self.opener.update(piece) if self.opener is not None else piece)
+        self.done += len(piece)
+
+    def ok(self) -> bool:
+        return hmac.compare_digest(self.mac.digest()[:SIV_SIZE], self.siv)
+
+
+def check_segments(keys: Keyring, h: Header, ttl: int | None, trailer: bytes, hops: int = 1) -> TextCheck:
+    """The first check of a message in segments for this host; raises Refused. `ttl` None: checked
+    before (a restart)."""
+    siv = trailer[:SIV_SIZE]
+    wire, okey, dkey, ttl0, tag = TRAILER.unpack(trailer[SIV_SIZE:])
+    mode = LARGE_MODE_OF.get(wire)
+    if mode is None:
+        raise Refused(f"unknown protection mode {wire} for a message in segments", "mode")
+    mac_key, cipher_key = keys.for_receiving(h.from_id[:2], okey, dkey)
+    if not hmac.compare_digest(_tag(mac_key, wire, h, ttl0, siv), tag):
+        raise Refused("its tag does not verify: changed on the way, or forged")
+    _check_ttl(ttl0, ttl, hops)
+    return TextCheck(mode, mac_key, cipher_key, h, siv)
+
+
+def opening(keys: Keyring, origin: str, trailer: bytes) -> tuple[bytes, bytes] | None:
+    """A sealed message in segments is kept encrypted at its destination: the key and SIV that
+    open its text as the shell hands it to a process (`opener`); None if it is not sealed."""
+    if len(trailer) != envelope.LARGE_SIZE:
+        return None
+    wire, okey, dkey, _, _ = TRAILER.unpack(trailer[SIV_SIZE:])
+    if LARGE_MODE_OF.get(wire) is not Mode.SEALED:
+        return None
+    _, cipher_key = keys.for_receiving(origin, okey, dkey)
+    return cipher_key, trailer[:SIV_SIZE]
+
+
+def opener(opening: tuple[bytes, bytes]):
+    """The stream that opens such a text from its first byte on (`update` piece after piece)."""
+    return _stream(*opening)
+
+
+def _check_ttl(ttl0: int, ttl: int | None, hops: int) -> None:
+    if ttl is not None and ttl0 and (ttl == 0 or ttl > ttl0 + min(max(hops, 1), TTL_SLACK_HOPS)):
+        raise Refused(f"its ttl was raised on the way ({ttl0 / 10:.1f} s at its origin, {ttl / 10:.1f} s here)",
+                      "ttl_raised")
 
 
 def open_(keys: Keyring, h: Header, ttl: int, text: bytes, trailer: bytes, hops: int = 1) -> tuple[bytes, Mode]:
@@ -183,7 +285,5 @@ def open_(keys: Keyring, h: Header, ttl: int, text: bytes, trailer: bytes, hops:
     plain = _cipher(cipher_key, tag, text) if mode is Mode.SEALED else text
     if not hmac.compare_digest(_tag(mac_key, wire, h, ttl0, plain), tag):
         raise Refused("its tag does not verify: changed on the way, or forged")
-    if ttl0 and (ttl == 0 or ttl > ttl0 + min(max(hops, 1), TTL_SLACK_HOPS)):
-        raise Refused(f"its ttl was raised on the way ({ttl0 / 10:.1f} s at its origin, {ttl / 10:.1f} s here)",
-                      "ttl_raised")
+    _check_ttl(ttl0, ttl, hops)
     return plain, mode

@@ -27,6 +27,10 @@ SIZE = TRAILER.size  # 15
 MARK = b"R"
 MARK_E2E = b"E"  # the text ends in an end-to-end trailer of E2E_SIZE bytes (mccs.core.e2e, docs/E2E.md)
 E2E_SIZE = 23
+MARK_LARGE = b"L"  # a segment of a protected message in segments: its SIV and trailer, LARGE_SIZE bytes
+LARGE_SIZE = 39
+TRAILER_MARKS = {E2E_SIZE: MARK_E2E, LARGE_SIZE: MARK_LARGE}
+MARK_SIZES = {MARK: 0, MARK_E2E: E2E_SIZE, MARK_LARGE: LARGE_SIZE}
 TTL_MAX = 0xFFFFFFFF  # tenths of a second: 13 years
 
 ADVERT = 0x01  # a routing update, for the next host's routing table, not for a process
@@ -41,7 +45,8 @@ PRIORITY_MAX = 7
 REPLY = 0x40  # stored: the answer to a request (USER_ID = the request's MSG_ID); only that request takes it
 FAILED = 0x80  # stored: a reply with ok=False
 #  0x100 and 0x200 are checkpoint.changes.CUSTODY and LOOSE (stored only: custody's), 0x400 and 0x800
-#  mccs.core.e2e.STORED (stored only: how a message for this host was protected)
+#  mccs.core.e2e.STORED (stored only: how a message for this host was protected), 0x1000
+#  mccs.core.receiver.UNCHECKED (stored only: a protected message in segments whose text is being checked)
 NO_EPOCH = "00000000"  # the epoch of an unnumbered message (but custody's own: its origin's)
 
 
@@ -87,20 +92,20 @@ def ttl_left(expires: float, wall: float) -> int:
 
 def wrap(to_id: str, from_id: str, msg_id: int, user_id: int, data: bytes, env: Envelope) -> bytes:
     flags = env.flags & ~(PRIORITY_MAX << PRIORITY_SHIFT) | env.priority << PRIORITY_SHIFT
-    trailer = TRAILER.pack(MARK_E2E if env.e2e else MARK, min(env.hops, 255), flags,
+    trailer = TRAILER.pack(TRAILER_MARKS[len(env.e2e)] if env.e2e else MARK, min(env.hops, 255), flags,
                            bytes.fromhex(env.epoch or NO_EPOCH), env.pseq, env.ttl)
     return image.encode(to_id, from_id, msg_id, user_id, bytes(data) + env.e2e + trailer)
 
 
 def unwrap(img: bytes, max_message: int) -> tuple[Image, Envelope]:
     """The message and its envelope; raises ImageError."""
-    m = image.decode(img, max_message + SIZE + E2E_SIZE)
+    m = image.decode(img, max_message + SIZE + LARGE_SIZE)
     if len(m.data) < SIZE:
         raise ImageError(f"image of {len(img)} bytes has no routing envelope")
     mark, hops, flags, epoch, pseq, ttl = TRAILER.unpack_from(m.data, len(m.data) - SIZE)
-    if mark not in (MARK, MARK_E2E):
-        raise ImageError(f"routing envelope mark {mark!r}, not {MARK!r} or {MARK_E2E!r}")
-    end = len(m.data) - SIZE - (E2E_SIZE if mark == MARK_E2E else 0)
+    if mark not in MARK_SIZES:
+        raise ImageError(f"routing envelope mark {mark!r}, not one of {b''.join(MARK_SIZES)!r}")
+    end = len(m.data) - SIZE - MARK_SIZES[mark]
     if end < 0:
         raise ImageError(f"image of {len(img)} bytes has no room for its end-to-end trailer")
     data, e2e = m.data[:end], m.data[end:len(m.data) - SIZE]

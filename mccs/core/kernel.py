@@ -31,9 +31,9 @@ from mccs.core.envelope import FAILED, RECEIPT, REPLY, VOID
 from mccs.core.epochs import PeerEpochs
 from mccs.core.msgids import KeyWindow, MsgIds
 from mccs.core.notices import NAME as NOTICE_NAME
-from mccs.core.notices import DAEMON_ROOM, Notices, fields
+from mccs.core.notices import Notices, fields
 from mccs.core.pairs import Pairs, PairsIn, PairsOut
-from mccs.core.receiver import MessageReceiver
+from mccs.core.receiver import UNCHECKED, MessageReceiver
 from mccs.core.routing import RoutingTable
 from mccs.core.segments import Blobs, Forgets, Partial, Reassembly
 from mccs.core.queue import Queue
@@ -80,6 +80,7 @@ class Kernel:
         self.reassembly = Reassembly(cfg.max_message, [Partial(*p) for p in state.partials], state.seg_done)
         self.notices = Notices(hs)
         self.custody = Custody(hs, self.notices)
+        self._unchecked: list[MSGBLOK] = []
         self._restore(state)
         self.control = Control(hs, self.sessions, self.notices, self.custody)
         self.dispatcher = ProcessDispatcher(hs, self.sessions, self.control.over_quota)
@@ -87,6 +88,8 @@ class Kernel:
         self.lists.arrived.clear()  # restored, not arrived: observers got their copies before
         self.receiver = receiver = MessageReceiver(hs, self.dups, self.notices, self.reassembly, self.control)
         self.custody.hand = receiver.ready
+        for blk in self._unchecked:
+            receiver.check_again(blk)
         self.lines = Lines(hs, new_machine or (lambda lc: make_machine(self.host, lc, cfg.max_message, self.epoch,
                                                                        random_bytes)),
                            receiver, PeerEpochs(state.peer_epochs), self.control.holds, self.custody,
@@ -109,7 +112,9 @@ class Kernel:
             self._hold(blk)
         for row in state.recv_list:
             blk = MSGBLOK.from_row(row)
-            if not self.pairs.into.is_held(blk) and not blk.flags & VOID:  # held ones stay out of sight
+            if blk.flags & UNCHECKED:  # its text is checked again before anyone sees it (mccs.core.receiver)
+                self._unchecked.append(blk)
+            elif not self.pairs.into.is_held(blk) and not blk.flags & VOID:  # held ones stay out of sight
                 self.lists.arrive(blk)
             self._hold(blk)
         for box in self.lists.recv.boxes.values():
@@ -309,11 +314,6 @@ class Kernel:
                                                f"a [[route]], or a host learned from the network): TO_ID "
                                                f"{req.to_id.rstrip()!r} refused")
         dest = host_of(req.to_id)
-        whole = min([max(self.cfg.max_message, DAEMON_ROOM)] + [lc.frame_max for lc in self.cfg.lines])
-        if self.cfg.e2e != "off" and dest != self.host and len(req.data) > whole:
-            raise RequestError(Code.TOO_LARGE, f"message of {len(req.data)} bytes: with e2e = {self.cfg.e2e!r}, a "
-                                            f"message goes whole, at most {whole} bytes here (the protection of "
-                                            "one in segments is not built yet: docs/E2E.md)")
         if self.cfg.e2e != "off" and dest != self.host and not self.keys.trusts(dest):
             raise RequestError(Code.NO_KEY, f"e2e = {self.cfg.e2e!r} here, and no key of {dest!r} is trusted: "
                                             f"nothing was sent (mccs keys trust {dest} KEY, from `mccs keys show` "
@@ -395,6 +395,7 @@ class Kernel:
         self._now = now
         self.blobs.committed()
         self.lines.receive(fx, now, wall)
+        self.receiver.check_texts(fx, wall)
         ready, changes, gap = self.pairs.into.due(wall)  # waits for refused messages that are over
         fx.change(*changes)
         self.receiver.ready(fx, ready, wall)

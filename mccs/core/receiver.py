@@ -38,12 +38,25 @@ Incoming = Image[bytes] | Image[Stored]  # a message from a line as it goes on: 
 #                                        its segments (its text Stored where they were written)
 
 
+UNCHECKED = 0x1000  # stored: a protected message in segments whose text is not checked yet (out of sight)
+CHECK_PIECE = 1 << 16  # bytes of such a text read back at a time
+
+
 @dataclass
 class Arrival:
     """Where a message came from: the line's peer and protocol, for traces and counters."""
     peer: str
     proto: str
     counters: collections.Counter
+
+
+@dataclass
+class Checking:
+    """A message in segments being checked: where it came from, as stored, its envelope, the check."""
+    src: Arrival
+    blk: MSGBLOK
+    env: Envelope
+    check: e2e.TextCheck | None  # None: restored, made again at the next pass
 
 
 class MessageReceiver:
@@ -57,6 +70,7 @@ class MessageReceiver:
         self.reassembly, self.blobs = reassembly, hs.blobs
         self.keys, self.accept_signed, self.gap_wait = hs.keys, hs.cfg.accept == "signed", hs.cfg.e2e_gap_wait
         self.accept_from = {p.name: p.accept_from for p in hs.cfg.processes if p.accept_from}
+        self.checking: dict[int, Checking] = {}  # messages in segments whose text is being checked, by seq
 
     def received(self, src: Arrival, img: bytes, routed: bool, fx: Effects, now: float, wall: float) -> None:
         try:  # a segment's text is a piece and its trailer: the whole message is checked as it completes
@@ -126,26 +140,39 @@ class MessageReceiver:
             self._forward(src, m, env, fx, wall)
         else:
             try:
-                m, protection = self._verified(m, env)
+                m, protection, check = self._verified(m, env)
             except e2e.Refused as why:
                 self._refuse(src, m, env, why, fx, wall)
                 return
-            if env is not None and env.pseq:
-                self._in_order(src, m, env, fx, wall, protection)
+            if check is not None:
+                assert env is not None  # (a check comes of a trailer, which an envelope carries)
+                self._check_later(src, m, env, check, fx, wall)
             else:
-                self._by_window(src, m, env, fx, wall, protection)
+                self._place(src, m, env, fx, wall, protection)
 
-    def _verified(self, m: Incoming, env: Envelope | None) -> tuple[Incoming, int]:
-        """The message as its process will see it (a sealed one opened), and the stored flag that
-        says how it was protected; raises e2e.Refused if this host does not take it (docs/E2E.md)."""
-        protection = 0
+    def _place(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, wall: float, protection: int,
+               stored: MSGBLOK | None = None) -> None:
+        if env is not None and env.pseq:
+            self._in_order(src, m, env, fx, wall, protection, stored)
+        else:
+            self._by_window(src, m, env, fx, wall, protection, stored)
+
+    def _verified(self, m: Incoming, env: Envelope | None) -> tuple[Incoming, int, e2e.TextCheck | None]:
+        """The message as its process will see it (a sealed one opened), the stored flag that says
+        how it was protected, and for a message in segments the check of its text, to be read back
+        from the checkpoint; raises e2e.Refused if this host does not take it (docs/E2E.md)."""
+        protection, check = 0, None
         if env is not None and env.e2e:
+            h = e2e.Header.of(m, env)
+            if isinstance(m.data, Stored) != (len(env.e2e) == envelope.LARGE_SIZE):
+                raise e2e.Refused("protected as a message in segments, but it came whole, or the other way", "mode")
             if isinstance(m.data, Stored):
-                raise e2e.Refused("protected, but in segments, which this version does not verify", "mode")
-            plain, mode = e2e.open_(self.keys, e2e.Header.of(m, env), env.ttl, bytes(m.data), env.e2e, env.hops + 1)
+                check = e2e.check_segments(self.keys, h, env.ttl, env.e2e, env.hops + 1)
+            else:
+                plain, mode = e2e.open_(self.keys, h, env.ttl, bytes(m.data), env.e2e, env.hops + 1)
+                m, protection = Image(m.to_id, m.from_id, m.msg_id, m.user_id, plain), e2e.STORED[mode]
             if env.pseq and self.pairs.into.is_retired((m.origin, env.priority), env.epoch):
                 raise e2e.Refused(f"numbered under an epoch {m.origin} has left (a replay)", "replay")
-            m, protection = dataclasses.replace(m, data=plain), e2e.STORED[mode]
         elif env is None or not env.flags & VOID:  # (a void has no text to verify: it only passes a place)
             if self.accept_signed:
                 raise e2e.Refused('not protected end to end (accept = "signed")', "unsigned")
@@ -154,7 +181,48 @@ class MessageReceiver:
         allowed = self.accept_from.get(m.to_id[2:].rstrip())
         if allowed and not (m.origin in allowed or m.from_id.rstrip() in allowed or self._answer(m, env)):
             raise e2e.Refused(f"{m.to_id.rstrip()} takes messages only from {', '.join(allowed)}", "not_accepted")
-        return m, protection
+        return m, protection, check
+
+    # -- messages in segments, protected end to end: their text is checked as it is read back ------
+    def _check_later(self, src: Arrival, m: Incoming, env: Envelope, check: e2e.TextCheck, fx: Effects,
+                     wall: float) -> None:
+        """Stored (it is acknowledged with this pass) but out of sight (UNCHECKED) until its text,
+        read back from the checkpoint piece by piece (`check_texts`), matches its SIV."""
+        blk, add = self._block(src, m, env, wall, Table.RECV_LIST, protection=UNCHECKED)
+        fx.change(add)
+        self.checking[blk.seq] = Checking(src, blk, env, check)
+
+    def check_again(self, blk: MSGBLOK) -> None:
+        """Restore: a stored message whose text was not checked yet is checked again from its start."""
+        env = Envelope(blk.hops, envelope.to_wire(blk.flags), blk.epoch or envelope.NO_EPOCH, blk.pseq, 0,
+                       blk.priority, blk.seal)
+        self.checking[blk.seq] = Checking(Arrival("", "", collections.Counter()), blk, env, None)
+
+    def check_texts(self, fx: Effects, wall: float) -> None:
+        """Go on with the checks of texts in segments: each as far as its pieces have been read."""
+        for seq, c in list(self.checking.items()):
+            assert isinstance(c.blk.data, Stored)  # (only a text in segments is checked so)
+            m: Incoming = Image(c.blk.to_id, c.blk.from_id, c.blk.msg_id, c.blk.user_id, c.blk.data)
+            try:
+                if c.check is None:  # (restored: its tag was checked before the restart)
+                    c.check = e2e.check_segments(self.keys, e2e.Header.of(m, c.env), None, c.env.e2e)
+                while c.check.done < c.blk.size:
+                    piece = self.blobs.piece(c.blk.data, c.check.done, CHECK_PIECE)
+                    if piece is None:  # read after this pass (Effects.reads)
+                        break
+                    c.check.update(piece)
+                else:
+                    if not c.check.ok():
+                        raise e2e.Refused("its text does not match its tag: changed on the way")
+            except e2e.Refused as why:
+                del self.checking[seq]
+                fx.change(ch.delete_block(Table.RECV_LIST, seq))
+                self._refuse(c.src, m, c.env, why, fx, wall)
+                continue
+            if c.check.done >= c.blk.size:
+                del self.checking[seq]
+                c.blk.flags = c.blk.flags & ~UNCHECKED | e2e.STORED[c.check.mode]
+                self._place(c.src, m, c.env, fx, wall, 0, c.blk)
 
     @staticmethod
     def _answer(m: Incoming, env: Envelope | None) -> bool:
@@ -180,20 +248,21 @@ class MessageReceiver:
             self.notices.refused(fx, MSGBLOK(0, m.to_id, m.from_id, m.msg_id, m.user_id, b"", wall), wall)
 
     def _by_window(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, wall: float,
-                   protection: int = 0) -> None:
+                   protection: int = 0, stored: MSGBLOK | None = None) -> None:
         """docs/DESIGN.md's rule: a key among the last ones received from its origin is a duplicate.
         But custody's own messages, which carry their origin's epoch without a number: a copy of one
         does no harm, and an origin restored from a backup gives their MSG_IDs again (mccs.core.custody)."""
         loose = env is not None and env.epoch != envelope.NO_EPOCH
         if m.key in self.dups and not loose:
-            self._duplicate(src, m, fx)
+            self._duplicate(src, m, fx, stored)
             return
-        blk, add = self._block(src, m, Envelope(), wall, Table.RECV_LIST, protection=protection)
+        blk, add = self._stored(stored) or self._block(src, m, Envelope(), wall, Table.RECV_LIST, protection=protection)
         fx.change(*([] if loose else self.dups.add(m.origin, m.msg_id, blk.seq)), add)
         fx.trace("msg", "received", src.peer, src.proto, **fields(m))
         self._deliver(blk, fx, wall)
 
-    def _in_order(self, src: Arrival, m: Incoming, env: Envelope, fx: Effects, wall: float, protection: int) -> None:
+    def _in_order(self, src: Arrival, m: Incoming, env: Envelope, fx: Effects, wall: float, protection: int,
+                  stored: MSGBLOK | None = None) -> None:
         """By the origin's end-to-end numbers; the duplicate window is kept too, so that a message
         that came once without a number (over a version-1 line) is not taken twice."""
         if self.pairs.into.renewed(m.origin, env.epoch):  # (a neighbour's new epoch was seen at sign-on too)
@@ -203,12 +272,12 @@ class MessageReceiver:
         pair = self.pairs.into.pairs.get((m.origin, env.priority))  # in custody, its numbers alone are exact (an
         exact = pair is not None and pair.custody and pair.epoch == env.epoch  # origin restored gives ids again)
         if m.key in self.dups and not exact:
-            self._duplicate(src, m, fx)
+            self._duplicate(src, m, fx, stored)
             return
-        blk, add = self._block(src, m, env, wall, Table.RECV_LIST, protection=protection)
+        blk, add = self._stored(stored) or self._block(src, m, env, wall, Table.RECV_LIST, protection=protection)
         verdict, ready, changes = self.pairs.into.arrive(blk)
         if verdict is Verdict.DUPLICATE:
-            self._duplicate(src, m, fx)
+            self._duplicate(src, m, fx, stored)
         else:
             fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
             if not blk.flags & VOID:
@@ -291,12 +360,20 @@ class MessageReceiver:
                       env.hops if hops is None else hops, env.pseq,
                       env.epoch if env.pseq or env.epoch != envelope.NO_EPOCH else "",
                       wall + env.ttl / 10 if env.ttl else 0.0, flags, crc=stored.crc if stored else 0,
-                      priority=env.priority, seal=env.e2e if table is Table.SEND_LIST else b"")
+                      priority=env.priority,
+                      seal=env.e2e if table is Table.SEND_LIST or protection & UNCHECKED else b"")
         if stored:
             self.blobs.later(stored)  # its last segment is written with this pass's commit
         add = ch.add_block(table, blk)
         return blk, add
 
-    def _duplicate(self, src: Arrival, m: Incoming, fx: Effects) -> None:
+    @staticmethod
+    def _stored(blk: MSGBLOK | None) -> tuple[MSGBLOK, ch.Change] | None:
+        """A block stored before it was placed (its text checked since): the change that shows it."""
+        return None if blk is None else (blk, ch.set_flags(Table.RECV_LIST, blk.seq, blk.flags))
+
+    def _duplicate(self, src: Arrival, m: Incoming, fx: Effects, stored: MSGBLOK | None = None) -> None:
+        if stored is not None:  # (stored while its text was checked: it goes)
+            fx.change(ch.delete_block(Table.RECV_LIST, stored.seq))
         src.counters["duplicates"] += 1
         fx.trace("msg", "duplicate", src.peer, src.proto, **fields(m))

@@ -108,6 +108,7 @@ class Message(NamedTuple):
     ok: bool = True
     copy: bool = False
     e2e: str = "none"  # how it came: "signed" or "sealed" end to end (mccs.core.e2e), or "none"
+    opening: tuple[bytes, bytes] | None = None  # a sealed Stored text: what opens it (never on the wire)
 
     def wire(self) -> dict:
         body: dict[str, object] = {"rid": self.rid, "from_id": self.from_id, "to_id": self.to_id,

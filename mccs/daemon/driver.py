@@ -13,12 +13,15 @@ large texts the pass asked for are read right after the commit and handed to the
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 from checkpoint.changes import Stored
 from checkpoint.store import Checkpoint
 
+from mccs.core import e2e
 from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
+from mccs.core.replies import Received
 from mccs.core.requests import Cancel, Request, Send, SendMany
 
 
@@ -48,6 +51,19 @@ def perform(fx: Effects, cp: Checkpoint, shell: Shell) -> None:
         shell.write_line(w.peer, w.data)
     for start in fx.starts:
         shell.start_program(start)
+
+
+def reply_text(cp: Checkpoint, reply: Reply, piece: int = 1 << 20) -> Iterator[bytes]:
+    """The large text a reply carries, read from the checkpoint piece by piece as it is sent; a
+    sealed one (kept encrypted at its destination, docs/E2E.md) opened on the way."""
+    stored = reply.stored
+    if stored is None:
+        return
+    opening = reply.body.msg.opening if isinstance(reply.body, Received) and reply.body.msg else None
+    stream = e2e.opener(opening) if opening else None
+    for offset in range(0, stored.size, piece):
+        data = cp.read_blob(stored, offset, piece)
+        yield stream.update(data) if stream is not None else data
 
 
 def prior(cp: Checkpoint, req: Request):

@@ -33,7 +33,7 @@ from mccs.core import requests
 from mccs.daemon import keys, server, service
 from mccs.daemon.keys import KeyFileError
 from mccs.config import HostConfig, LineConfig
-from mccs.daemon.driver import perform, prior
+from mccs.daemon.driver import perform, prior, reply_text
 from mccs.core.effects import Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
 from mccs.client.ipc import b64
@@ -341,13 +341,9 @@ class Daemon:
         if stored is None:
             conn.answer(body)
         elif conn.binary:
-            conn.answer({**body, "bin": stored.size}, self._pieces(stored))
+            conn.answer({**body, "bin": stored.size}, reply_text(self.cp, reply))
         else:  # an older client: the whole text in base64
-            conn.answer({**body, "msg": {**body["msg"], "data": b64(b"".join(self._pieces(stored)))}})
-
-    def _pieces(self, stored: Stored, size: int = 1 << 20):
-        for offset in range(0, stored.size, size):
-            yield self.cp.read_blob(stored, offset, size)
+            conn.answer({**body, "msg": {**body["msg"], "data": b64(b"".join(reply_text(self.cp, reply)))}})
 
     async def _run_program(self, start: StartProgram) -> None:
         """A `[[process]] start` program, with MCCS_CONFIG and MCCS_NAME set; the core hears when it ends."""

@@ -118,6 +118,7 @@ def _established(c: Chain) -> None:
     raise AssertionError("custody never began")
 
 
+@pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
 def test_a_destination_restored_from_a_backup_under_traffic_delivers_each_message_once(chain):
     _established(chain)
     sender = threading.Thread(target=chain.send, args=(120, 0.02))

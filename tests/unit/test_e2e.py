@@ -227,14 +227,16 @@ def test_a_send_to_a_host_whose_key_is_not_trusted_is_refused_with_e2e_on(tmp_pa
     assert reply["ok"] is False and reply["code"] == "no_key" and "mccs keys trust BB" in reply["error"]
 
 
-def test_a_message_that_would_go_in_segments_is_refused_at_send_with_e2e_on(tmp_path):
+def test_a_frame_s_worth_goes_whole_and_one_byte_more_in_segments_both_sealed(tmp_path):
     net = _chain(tmp_path, max_message=1 << 20)
     src = net.client("AA", "S")
-    assert src.send("CCR", b"x" * 8192)["ok"]  # a frame's worth (frame_max) goes whole, protected
-    reply = src.send("CCR", b"x" * 8193)
-    assert reply["ok"] is False and reply["code"] == "too_large" and "not built" in reply["error"]
-    got = _texts(net.client("CC", "R"), 1)
-    assert len(base64.b64decode(got[0]["data"])) == 8192 and got[0]["e2e"] == "sealed"
+    assert src.send("CCR", b"x" * 8192)["ok"]  # a frame's worth (frame_max) goes whole, protected at each hand
+    assert src.send("CCR", b"y" * 8193)["ok"]  # more is sealed as a whole at SEND and goes in segments
+    got = _texts(net.client("CC", "R"), 2)
+    assert [base64.b64decode(m["data"]) for m in got] == [b"x" * 8192, b"y" * 8193]
+    assert {m["e2e"] for m in got} == {"sealed"}
+    segments = [t for t in net["CC"].traces if t.type == "frame"]
+    assert segments  # (traced frames: the second came in pieces)
 
 
 def test_a_replay_of_an_epoch_its_origin_left_is_refused_once_a_protected_message_of_the_new_one_came(tmp_path):
@@ -259,4 +261,65 @@ def test_a_replay_of_an_epoch_its_origin_left_is_refused_once_a_protected_messag
     arrival, img, routed = next(c for c in captured if c[2] and envelope.unwrap(c[1], 128)[1].e2e)  # "second"
     net["CC"].kernel.receiver.received(arrival, img, routed, net["CC"].kernel._fx, net.now, net.now + 1.8e9)
     assert net["CC"].kernel.counters["refused_replay"] == 1
+    assert dst.recv(timeout=10)["msg"] is None
+
+
+# -- messages in segments -----------------------------------------------------------------------
+def test_a_message_in_segments_is_sealed_as_a_whole_carried_in_pieces_and_checked_at_its_destination(tmp_path):
+    net = _chain(tmp_path, max_message=1 << 20)
+    net.channel("BB", "CC").disconnect()
+    text = bytes(range(256)) * 800  # 200 KiB: over a frame, so in segments
+    src = net.client("AA", "S")
+    assert src.send("CCR", text)["ok"]
+    stored_at_aa = net["AA"].cp.conn.execute("SELECT seal FROM send_list").fetchone()[0]
+    assert len(stored_at_aa) == e2e.PENDING_SIZE  # the origin keeps MODE and SIV; its text is stored sealed
+    assert net.run(lambda: net["BB"].kernel.counters["forwarded"] == 1, duration=120)
+    blk = next(iter(net["BB"].kernel.lists.send))
+    held = net["BB"].cp.read_blob(blk.data, 0, blk.size)
+    assert len(held) == len(text) and bytes(range(256)) not in held and len(blk.seal) == envelope.LARGE_SIZE
+    net.channel("BB", "CC").reconnect()
+    got = _texts(net.client("CC", "R"), 1)
+    assert base64.b64decode(got[0]["data"]) == text and got[0]["e2e"] == "sealed"
+    assert net["CC"].kernel.counters["refused"] == 0
+
+
+def test_a_text_in_segments_changed_at_the_transit_host_with_its_crc_made_to_match_is_refused(tmp_path):
+    import zlib
+    net = _chain(tmp_path, max_message=1 << 20, e2e_gap_wait=20.0)
+    net.channel("BB", "CC").disconnect()
+    src = net.client("AA", "S")
+    src.send("CCR", b"a" * 100_000)
+    src.send("CCR", b"after")
+    assert net.run(lambda: net["BB"].kernel.counters["forwarded"] == 2, duration=120)
+    assert net.run(lambda: net["BB"].kernel.lines["CC"].state is not LineState.UP, duration=60)  # (it starts again)
+    blk = next(b for b in net["BB"].kernel.lists.send if b.size == 100_000)
+    text = bytearray(net["BB"].cp.read_blob(blk.data, 0, blk.size))
+    text[50_000] ^= 1
+    net["BB"].cp.conn.execute("DELETE FROM text_pieces WHERE text = ?", (blk.data.rowid,))
+    net["BB"].cp.conn.execute("INSERT INTO text_pieces (text, off, data) VALUES (?, 0, ?)",
+                              (blk.data.rowid, bytes(text)))
+    blk.crc = zlib.crc32(text)  # a hostile host announces the CRC of what it sends
+    blk.data = dataclasses.replace(blk.data, crc=blk.crc)
+    net.channel("BB", "CC").reconnect()
+    dst = net.client("CC", "R")
+    assert base64.b64decode(_texts(dst, 1)[0]["data"]) == b"after"  # after the gap wait
+    assert net["CC"].kernel.counters["refused_bad_tag"] == 1
+    assert not net["CC"].cp.conn.execute("SELECT count(*) FROM recv_list").fetchone()[0]
+
+
+def test_a_destination_that_crashes_while_it_checks_a_text_checks_it_again_and_delivers_it_once(tmp_path):
+    from mccs.core.receiver import UNCHECKED
+    net = _chain(tmp_path, max_message=1 << 20)
+    text = bytes(range(251)) * 2000  # 502,000 bytes: checked 64 KiB a pass
+    net.client("AA", "S").send("CCR", text)
+
+    def unchecked() -> bool:
+        rows = net["CC"].cp.conn.execute("SELECT flags FROM recv_list").fetchall()
+        return any(flags & UNCHECKED for flags, in rows)
+    assert net.run(unchecked, duration=120)
+    net["CC"].crash()  # kill -9: the message is stored, its check not done
+    assert [c.check for c in net["CC"].kernel.receiver.checking.values()] == [None]  # checked again from its start
+    dst = net.client("CC", "R")
+    got = _texts(dst, 1)
+    assert base64.b64decode(got[0]["data"]) == text and got[0]["e2e"] == "sealed"
     assert dst.recv(timeout=10)["msg"] is None
