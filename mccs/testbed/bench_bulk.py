@@ -94,21 +94,24 @@ def _kill(proc: subprocess.Popen | None) -> None:
 
 # ---- MCCS ------------------------------------------------------------------------------------
 def mccs_transfer(protocol: str, root: Path, data: bytes, baud: int, ber: float, seed: int,
-                  message: int, line_keys: dict) -> float:
+                  message: int, line_keys: dict, e2e: str = "off") -> float:
     """Seconds from the SEND of `data` on AA (cut into messages of `message` bytes; 0: one
     message) until BB's process has received all of it, between two daemon processes."""
     from mccs.config import ConfigError
-    from mccs.testbed.hosts import DaemonProcess, write_config
+    from mccs.testbed.hosts import DaemonProcess, give_keys, write_config
     message = message or len(data)
     chunks = [data[i:i + message] for i in range(0, len(data), message)] or [b""]
     with _line(root / "dev", baud, ber, seed) as line:
         keys = {"protocol": protocol, "baud": baud, **line_keys}
         max_message = max(128, message)
         try:
-            a = DaemonProcess(write_config(root, "AA", [{"peer": "BB", "port": line.end_a, "role": "primary",
-                                                         **keys}], max_message=max_message))
-            b = DaemonProcess(write_config(root, "BB", [{"peer": "AA", "port": line.end_b, "role": "secondary",
-                                                         **keys}], max_message=max_message))
+            configs = [write_config(root, "AA", [{"peer": "BB", "port": line.end_a, "role": "primary", **keys}],
+                                    max_message=max_message, e2e=e2e),
+                       write_config(root, "BB", [{"peer": "AA", "port": line.end_b, "role": "secondary", **keys}],
+                                    max_message=max_message, e2e=e2e)]
+            if e2e != "off":  # both ends keyed, each trusting the other (docs/E2E.md)
+                give_keys(configs)
+            a, b = DaemonProcess(configs[0]), DaemonProcess(configs[1])
         except ConfigError as e:
             raise PeerFailed(f"this build does not take the configuration: {e}"
                              + (" (messages this large need large-message support; --mccs-message N sends "
@@ -325,7 +328,7 @@ def mccs_message(size: int, asked: int) -> int:
 def measure(peer: str, root: Path, data: bytes, baud: int, ber: float, seed: int, args) -> float:
     if peer in ("async", "bsc"):
         message = mccs_message(len(data), args.mccs_message)
-        return mccs_transfer(peer, root, data, baud, ber, seed, message, args.line_keys)
+        return mccs_transfer(peer, root, data, baud, ber, seed, message, args.line_keys, args.e2e)
     return (zmodem_transfer if peer == "zmodem" else uucp_transfer)(root, data, baud, ber, seed)
 
 
@@ -426,6 +429,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--line-key", dest="line_keys", type=_line_key, action="append", default=[],
                    metavar="KEY=VALUE", help="a [[line]] key for both MCCS daemons, e.g. window=16 or "
                                              "block_size=1024 (repeatable)")
+    p.add_argument("--e2e", choices=("off", "sign", "seal"), default="off",
+                   help="the MCCS daemons protect the payload end to end (docs/E2E.md); default off")
     p.add_argument("--json", action="store_true", help="print the results as one JSON document")
 
 
