@@ -1,11 +1,13 @@
 """`mccs daemon --check`: would this host's daemon start, and reach its lines? Checked without
 starting it: the config (every key, secret files), the socket, the checkpoint, the trace
-directory and each line's port. A port is opened briefly with its settings and an exclusive lock,
-so a port a running daemon holds is reported in use and left alone."""
+directory, the end-to-end key and trust files, and each line's port. A port is opened briefly
+with its settings and an exclusive lock, so a port a running daemon holds is reported in use and
+left alone."""
 from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from checkpoint.store import CheckpointError, check
 from linedrivers.port import open_port
 
 from mccs.config import HostConfig, LineConfig
+from mccs.daemon.keys import KeyFileError, keyring
 from mccs.daemon.server import answers
 
 
@@ -88,9 +91,20 @@ def _port(lc: LineConfig) -> Finding:
     return Finding(True, what, f"opened and closed at {lc.baud} baud {lc.bytesize}{lc.parity}{lc.stopbits:g}")
 
 
+def _keys(cfg: HostConfig) -> Finding:
+    """The key file and the trust file, as the daemon reads them at its start (docs/E2E.md)."""
+    try:
+        ring = keyring(cfg, time.time())
+    except KeyFileError as e:
+        return Finding(False, "end-to-end keys", str(e))
+    trusted = ", ".join(sorted(ring.trusted)) or "none"
+    return Finding(True, "end-to-end keys", f"e2e {cfg.e2e}, accept {cfg.accept}, {len(ring.own)} key(s) of its own, "
+                                            f"trusts {trusted}")
+
+
 def run_checks(cfg: HostConfig) -> list[Finding]:
     """Every check; the config itself was loaded (and so checked) by the caller."""
     trace = _writable_dir(Path(cfg.trace_dir))
     return [Finding(True, f"config {cfg.path}", f"host {cfg.id}, {len(cfg.lines)} line(s)"),
             _socket(cfg), _checkpoint(cfg), Finding(trace is None, f"trace_dir {cfg.trace_dir}", trace or "writable"),
-            *(_port(lc) for lc in cfg.lines)]
+            _keys(cfg), *(_port(lc) for lc in cfg.lines)]

@@ -227,6 +227,11 @@ def test_mccs_keys_refuses_a_readable_key_file_and_a_daemon_will_not_start_on_on
     assert shown.returncode == 2 and "chmod 600" in shown.stderr
     start = mccs_cli("daemon", "-c", str(cfg), timeout=60)
     assert start.returncode == 2 and "chmod 600" in start.stderr
+    check = mccs_cli("daemon", "-c", str(cfg), "--check", timeout=60)
+    assert check.returncode == 2 and "FAIL  end-to-end keys" in check.stderr and "chmod 600" in check.stderr
+    (tmp_path / "AA.key").chmod(0o600)
+    check = mccs_cli("daemon", "-c", str(cfg), "--check", timeout=60)
+    assert "ok    end-to-end keys: e2e sign, accept any, 1 key(s) of its own, trusts none" in check.stdout
     bad = mccs_cli("keys", "trust", "-c", str(cfg), "BB", "not-a-key", timeout=60)
     assert bad.returncode == 2 and "not a key" in bad.stderr
 
