@@ -186,6 +186,11 @@ def protect(keys: Keyring, mode: Mode, h: Header, ttl0: int, text: bytes) -> tup
     return out, TRAILER.pack(wire, okey, dkey, ttl0, tag)
 
 
+def in_segments(seal: bytes) -> bool:
+    """Is a stored message protected as one in segments (an origin's MODE and SIV, or a copy's 39 bytes)?"""
+    return len(seal) in (PENDING_SIZE, envelope.LARGE_SIZE)
+
+
 def whole_max(cfg) -> int:
     """The longest message a protected one goes whole (one frame on every line of the host); a
     longer one is sealed as a whole at SEND and goes in segments."""

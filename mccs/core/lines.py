@@ -658,7 +658,7 @@ class Lines:
                  end: int | None) -> tuple[bytes, Envelope] | str:
         """The text and envelope as they go end to end: a transit copy's trailer as its origin made
         it, this host's own message signed or sealed (mccs.core.e2e); or why the line cannot take it."""
-        if len(blk.seal) in (e2e.PENDING_SIZE, envelope.LARGE_SIZE) and end is None:
+        if e2e.in_segments(blk.seal) and end is None:
             return "a message protected in segments goes only in segments, which the peer does not take"
         if len(blk.seal) == e2e.PENDING_SIZE:  # this host's own, sealed as a whole at SEND: in segments
             try:
@@ -669,8 +669,8 @@ class Lines:
             trailer = blk.seal
         elif not self._protects(blk):
             return text, env
-        elif end is not None:
-            return "end-to-end protection of a message in segments is not built yet (docs/E2E.md)"
+        elif end is not None:  # (_too_long keeps such a message whole)
+            return "a message protected whole does not go in segments"
         else:
             try:
                 text, trailer = e2e.protect(self.keys, self.e2e_mode, e2e.Header.of(blk, env), env.ttl, bytes(text))
@@ -736,7 +736,7 @@ class Lines:
 
     def _too_long(self, lcb: LineControlBlock, blk: MSGBLOK) -> bool:
         """Does the block go in segments on this line now (it does not fit the frame size in use)?"""
-        if len(blk.seal) in (e2e.PENDING_SIZE, envelope.LARGE_SIZE):  # protected as a message in segments
+        if e2e.in_segments(blk.seal):
             return True
         if blk.seal or self._protects(blk):  # whole if a frame holds it (mccs.core.machine), whatever the noise:
             return isinstance(blk.data, Stored) or blk.size > min(max(self.max_message, DAEMON_ROOM), lcb.cfg.frame_max)
@@ -747,7 +747,7 @@ class Lines:
         piece is read (mccs.core.segments.Blobs)."""
         if not blk.crc and not isinstance(blk.data, Stored):  # in memory: CRC-32 made as it first goes in segments
             blk.crc = segments.crc_of(blk.data)
-        trailer = envelope.LARGE_SIZE if len(blk.seal) in (e2e.PENDING_SIZE, envelope.LARGE_SIZE) else 0
+        trailer = envelope.LARGE_SIZE if e2e.in_segments(blk.seal) else 0
         room = max(1, lcb.machine.segment_size() - segments.SIZE - envelope.SIZE - trailer)
         piece = self.blobs.piece(blk.data, blk.next_off, room)
         if piece is None:
