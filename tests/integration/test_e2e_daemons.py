@@ -7,6 +7,7 @@ import json
 import random
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -186,7 +187,7 @@ def _at_bb(tmp: Path, from_id: str) -> int:
 @pytest.mark.timeout(240)
 def test_an_untrusted_origin_a_rotated_key_and_accept_from(tmp_path):
     processes = {"CC": [{"name": "PAY", "accept_from": ["AAGOOD"]}]}
-    with _chain(tmp_path, processes=processes, accept="signed") as c:
+    with _chain(tmp_path, processes=processes, accept="signed", e2e_gap_wait=3.0) as c:
         with mccs.connect(c.d["AA"].config, "GOOD") as good, mccs.connect(c.d["AA"].config, "BAD") as bad:
             good.send("CCPAY", b"paid")
             bad.send("CCPAY", b"not from GOOD")
@@ -201,12 +202,19 @@ def test_an_untrusted_origin_a_rotated_key_and_accept_from(tmp_path):
         new = _cli("keys", "rotate", "-c", str(c.cfg["AA"])).split()
         refused = mccs_cli("keys", "trust", "-c", str(c.cfg["CC"]), *new, timeout=60)
         assert refused.returncode == 2 and "--replace" in refused.stderr
-        _cli("keys", "trust", "-c", str(c.cfg["CC"]), *new, "--replace")
         c.d["CC"].start()
+        assert [m.data for m in _recv(c.d["CC"].config, "RECV", 1)] == [b"old key"]  # made with the old key
+        time.sleep(1.5)  # (AA's daemon reads its key file again within a second)
+        with mccs.connect(c.d["AA"].config, "SEND") as s:  # made with a key CC does not trust yet
+            s.send("CCRECV", b"too early")
+            assert json.loads(s.recv(from_id="CCMCCS", timeout=30).data)["reason"] == "refused"
+        assert c.counters("CC").get("refused_untrusted", 0) >= 1  # (and maybe a custody probe of AA's daemon)
+        _cli("keys", "trust", "-c", str(c.cfg["CC"]), *new, "--replace")
+        time.sleep(1.5)  # (and CC its trust file)
         with mccs.connect(c.d["AA"].config, "SEND") as s:
             s.send("CCRECV", b"new key")
-        got = _recv(c.d["CC"].config, "RECV", 2)
-        assert [m.data for m in got] == [b"old key", b"new key"] and {m.e2e for m in got} == {"sealed"}
+        got = _recv(c.d["CC"].config, "RECV", 1)  # after the gap the refused one left (e2e_gap_wait 3 s)
+        assert [m.data for m in got] == [b"new key"] and {m.e2e for m in got} == {"sealed"}
         # BB has no key CC trusts: with accept = "signed", what BB sends CC is refused
         with mccs.connect(c.d["BB"].config, "SEND") as s:
             s.send("CCRECV", b"from BB")
