@@ -16,6 +16,9 @@ the RECEIPT and NOTICE flags, EPOCH, PSEQ, TTL0) and the plain text. A sealed te
 with ChaCha20 under the cipher key with the TAG as its nonce (SIV: the same message always gives
 the same bytes, and no nonce can be reused by mistake, not even by an origin restored from a
 backup). A destination takes a message only if its TAG verifies and its TTL is not above TTL0.
+A message too long for a frame is sealed as a whole at SEND under an SIV that each of its segments
+carries with a tag over its numbers (39 bytes, mark 'L'); its destination checks the text as it
+reads it back (TextCheck).
 
 Sans-I/O: keys are handed in (mccs.daemon.keys reads them from their files).
 """
