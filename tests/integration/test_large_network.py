@@ -183,6 +183,7 @@ def small_disk(tmpfs):
     return tmpfs("24m")
 
 
+@pytest.mark.slow  # over 25 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.timeout(300)
 def test_a_large_message_takes_room_as_it_comes_stops_at_the_disk_reserve_and_goes_on_when_there_is_room(
         tmp_path, small_disk):

@@ -77,6 +77,7 @@ def _recv_ids(r, n: int, timeout: float, what: str) -> list[int]:
     return got
 
 
+@pytest.mark.slow  # over 25 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.timeout(240)
 def test_an_urgent_message_overtakes_hundreds_queued_on_a_9600_baud_line_and_the_bulk_arrives_once_in_order(
         tmp_path):
