@@ -118,8 +118,11 @@ class LineControlBlock:
     signon_at: float | None = None  # when to sign on again
     port_open: bool = False
     last_down: str = ""
-    held: MSGBLOK | None = None  # the first MSGBLOK the peer's maximum refuses: waits, and all after it
-    give_up_at: float = 0.0  # monotonic time the held block is returned undeliverable
+    held: MSGBLOK | None = None  # the last MSGBLOK the peer cannot take (its maximum, no E2E1): it waits, and
+    #                             all after it for the same host
+    give_up: dict[int, tuple[MSGBLOK, float]] = field(default_factory=dict)  # by seq, each held block and the
+    #                             monotonic time it is returned undeliverable (each its own: two streams held by
+    #                             turns must not keep putting each other's off)
     backlog: list = field(default_factory=list)  # (machine event, when) taken outside the pass that handles them
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
@@ -222,6 +225,7 @@ class Lines:
                 lcb.transfer = None
             if lcb.held is blk:
                 lcb.held = None
+            lcb.give_up.pop(blk.seq, None)
 
     def give_up(self, blk: MSGBLOK, fx: Effects) -> None:
         """The Message-Sender stops trying a block (it is returned or purged): what a next host
@@ -236,11 +240,13 @@ class Lines:
         behind them go (a next host that can never take a message must not stop the others)."""
         out: list[MSGBLOK] = []
         for lcb in self.lcbs.values():
-            blk = lcb.held
-            if blk is not None and lcb.give_up_at <= now and not self.carrying(blk):
-                lcb.counters["too_large_returned"] += 1
-                if not any(b is blk for b in out):
-                    out.append(blk)
+            for seq, (blk, at) in list(lcb.give_up.items()):
+                if blk not in self.lists.send:  # gone another way meanwhile (another route, expired, purged)
+                    del lcb.give_up[seq]
+                elif at <= now and not self.carrying(blk):
+                    lcb.counters["too_large_returned"] += 1
+                    if not any(b is blk for b in out):
+                        out.append(blk)
         return out
 
     # -- inputs from the shell ----------------------------------------------------------------
@@ -635,7 +641,9 @@ class Lines:
             lcb.machine.send(img)
         except ValueError as e:  # over the MAXMSG the peer signed on with: a config to fix
             return self._hold(lcb, blk, str(e))
-        lcb.held = None
+        if lcb.held is blk:
+            lcb.held = None
+        lcb.give_up.pop(blk.seq, None)
         lcb.frame_time = (len(img) + FRAME_BYTES) * 10 / lcb.cfg.baud
         lcb.wire_free = max(lcb.wire_free, self._now) + lcb.frame_time
         blk.state = BlockState.IN_FLIGHT
@@ -756,8 +764,9 @@ class Lines:
 
     def _hold(self, lcb: LineControlBlock, blk: MSGBLOK, why: str, counter: str = "too_large") -> bool:
         """The block cannot go to this peer: it, and every block after it for the same host, waits."""
-        if lcb.held is not blk:
-            lcb.held, lcb.give_up_at = blk, self._now + self.too_large_wait
+        lcb.held = blk
+        if blk.seq not in lcb.give_up:
+            lcb.give_up[blk.seq] = (blk, self._now + self.too_large_wait)
             lcb.counters[counter] += 1
             log.error("%s: message %s/%d (%d bytes) cannot go to %s: %s. It and every message after it "
                       "wait on SEND_LIST; unless %s takes it within %.0f s (max_message as large at both ends), "
@@ -768,7 +777,7 @@ class Lines:
     def deadline(self) -> float | None:
         times = [t for lcb in self.lcbs.values()
                  for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until,
-                           lcb.give_up_at if lcb.held else None) if t is not None]
+                           *(at for _, at in lcb.give_up.values())) if t is not None]
         return min(times, default=None)
 
 

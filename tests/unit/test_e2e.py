@@ -323,3 +323,33 @@ def test_a_destination_that_crashes_while_it_checks_a_text_checks_it_again_and_d
     got = _texts(dst, 1)
     assert base64.b64decode(got[0]["data"]) == text and got[0]["e2e"] == "sealed"
     assert dst.recv(timeout=10)["msg"] is None
+
+
+def test_a_protected_message_waits_for_a_line_that_carries_it_and_an_older_transit_host_still_carries_the_rest(
+        tmp_path, monkeypatch):
+    """BB offers no E2E1 (an MCCS from before it): AA's sealed message for CC waits at AA
+    (`e2e_held`) and is given up after too_large_wait; unprotected traffic goes on."""
+    from mccs.core import machine
+    net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA"), line("CC")], "CC": [line("BB")]}, e2e="seal")
+    net["BB"].cfg.e2e = "off"
+    with monkeypatch.context() as m:
+        m.setattr(machine, "FEATURES", tuple(f for f in machine.FEATURES if f != e2e.FEATURE))
+        net["BB"].crash()  # (made again: its machines without E2E1, no e2e of its own)
+    ka, kc = X25519PrivateKey.generate(), X25519PrivateKey.generate()
+    net["AA"].keys.update(Keyring("AA", [ka], {"CC": [e2e.public_bytes(kc)]}))
+    net["CC"].keys.update(Keyring("CC", [kc], {"AA": [e2e.public_bytes(ka)]}))
+    _converged(net)
+    assert e2e.FEATURE not in net["AA"].kernel.lines["BB"].features
+    src = net.client("AA", "S")
+    msg_id = src.send("CCR", b"sealed behind an older host")["msg_id"]
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].counters["e2e_held"], duration=30)
+    assert net.client("BB", "S").send("AAR", b"still heard")["ok"]  # unprotected, from a host AA has no key of
+    assert base64.b64decode(_texts(net.client("AA", "R"), 1)[0]["data"]) == b"still heard"
+    assert net.client("CC", "R").recv(timeout=5)["msg"] is None
+    net.run(duration=310)  # too_large_wait (300 s): given up, it goes on as a void (no text to protect)
+    assert net.run(lambda: net["CC"].kernel.counters["voids"] == 1, duration=60)  # its place passed at CC
+    assert not any(b.msg_id == msg_id for b in net["AA"].kernel.lists.send)
+    # CC's undeliverable notice for it is sealed, so it cannot cross BB either (docs/E2E.md, limits)
+    assert net["CC"].kernel.lines["BB"].counters["e2e_held"] >= 1
+    # and is given up in its turn, though custody's probes from CC are held on that line by turns with it
+    assert net.run(lambda: net["CC"].kernel.lines["BB"].counters["too_large_returned"], duration=400)
