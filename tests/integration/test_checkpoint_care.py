@@ -26,6 +26,7 @@ def _recv_all(client, seconds: float) -> list:
     return got
 
 
+@pytest.mark.slow  # over 25 s on 2 cores: in ./dev test -m slow, not the default run
 def test_a_backup_taken_during_traffic_restores_into_a_daemon_that_delivers_everything_accepted_before(tmp_path):
     keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
     with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD) as vl:

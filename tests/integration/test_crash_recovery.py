@@ -25,6 +25,7 @@ def _log(path: Path) -> list[tuple[int, str]]:
     return [(int(a), b) for a, b in (line.split() for line in path.read_text().splitlines())]
 
 
+@pytest.mark.slow  # over 25 s on 2 cores: in ./dev test -m slow, not the default run
 @pytest.mark.timeout(240)
 def test_kill9_during_traffic_loses_and_duplicates_nothing(tmp_path):
     rng = random.Random(20261122)
