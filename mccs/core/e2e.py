@@ -130,8 +130,9 @@ class Keyring:
         mine, theirs = self.own[0], self.trusted[dest][0]
         return (*self._keys(mine, theirs, self.host, dest), key_hint(public_bytes(mine)), key_hint(theirs))
 
-    def for_receiving(self, origin: str, okey: int, dkey: int) -> tuple[bytes, bytes]:
-        """The keys for a message from `origin` named by its hints; raises Refused."""
+    def for_receiving(self, origin: str, okey: int, dkey: int) -> list[tuple[bytes, bytes]]:
+        """The (MAC key, cipher key) pairs a message from `origin` may have been made with, named by its
+        hints: one, but where a key's hint is another's too (1 in 256), each to try; raises Refused."""
         theirs = [k for k in self.trusted.get(origin, []) if key_hint(k) == okey]
         if not theirs:
             raise Refused(f"no trusted key for {origin}" if not self.trusts(origin)
@@ -139,7 +140,7 @@ class Keyring:
         mine = [k for k in self.own if key_hint(public_bytes(k)) == dkey]
         if not mine:
             raise Refused("made for a key of this host it no longer has", "old_key")
-        return self._keys(mine[0], theirs[0], origin, self.host)
+        return [self._keys(m, t, origin, self.host) for m in mine for t in theirs]
 
 
 @dataclass(frozen=True)
@@ -252,23 +253,40 @@ def check_segments(keys: Keyring, h: Header, ttl: int | None, trailer: bytes, ho
     mode = LARGE_MODE_OF.get(wire)
     if mode is None:
         raise Refused(f"unknown protection mode {wire} for a message in segments", "mode")
-    mac_key, cipher_key = keys.for_receiving(h.from_id[:2], okey, dkey)
-    if not hmac.compare_digest(_tag(mac_key, wire, h, ttl0, siv), tag):
-        raise Refused("its tag does not verify: changed on the way, or forged")
+    mac_key, cipher_key = _made_with(keys, h, wire, ttl0, siv, tag, okey, dkey)
     _check_ttl(ttl0, ttl, hops)
     return TextCheck(mode, mac_key, cipher_key, h, siv)
 
 
-def opening(keys: Keyring, origin: str, trailer: bytes) -> tuple[bytes, bytes] | None:
+def _made_with(keys: Keyring, h: Header, wire: int, ttl0: int, siv: bytes, tag: bytes, okey: int,
+               dkey: int) -> tuple[bytes, bytes]:
+    """The keys whose tag over the numbers and the SIV of a message in segments is TAG; raises Refused."""
+    for mac_key, cipher_key in keys.for_receiving(h.from_id[:2], okey, dkey):
+        if hmac.compare_digest(_tag(mac_key, wire, h, ttl0, siv), tag):
+            return mac_key, cipher_key
+    raise Refused("its tag does not verify: changed on the way, or forged")
+
+
+def opening(keys: Keyring, h: Header, trailer: bytes) -> tuple[bytes, bytes] | None:
     """A sealed message in segments is kept encrypted at its destination: the key and SIV that
-    open its text as the shell hands it to a process (`opener`); None if it is not sealed."""
+    open its text as the shell hands it to a process (`opener`); None if it is not sealed (or its
+    keys are gone: it is handed as it is)."""
     if len(trailer) != envelope.LARGE_SIZE:
         return None
-    wire, okey, dkey, _, _ = TRAILER.unpack(trailer[SIV_SIZE:])
+    siv = trailer[:SIV_SIZE]
+    wire, okey, dkey, ttl0, tag = TRAILER.unpack(trailer[SIV_SIZE:])
     if LARGE_MODE_OF.get(wire) is not Mode.SEALED:
         return None
-    _, cipher_key = keys.for_receiving(origin, okey, dkey)
-    return cipher_key, trailer[:SIV_SIZE]
+    try:
+        return _made_with(keys, h, wire, ttl0, siv, tag, okey, dkey)[1], siv
+    except Refused:
+        return None
+
+
+def stored_header(blk) -> Header:
+    """The header of a message as this host stores it (a MSGBLOK: its wire flags made again)."""
+    return Header(process_id(blk.to_id), process_id(blk.from_id), blk.msg_id, blk.user_id, blk.priority,
+                  envelope.to_wire(blk.flags), blk.epoch or envelope.NO_EPOCH, blk.pseq)
 
 
 def opener(opening: tuple[bytes, bytes]):
@@ -289,9 +307,11 @@ def open_(keys: Keyring, h: Header, ttl: int, text: bytes, trailer: bytes, hops:
     mode = MODE_OF.get(wire)
     if mode is None:
         raise Refused(f"unknown protection mode {wire}", "mode")
-    mac_key, cipher_key = keys.for_receiving(h.from_id[:2], okey, dkey)
-    plain = _cipher(cipher_key, tag, text) if mode is Mode.SEALED else text
-    if not hmac.compare_digest(_tag(mac_key, wire, h, ttl0, plain), tag):
+    for mac_key, cipher_key in keys.for_receiving(h.from_id[:2], okey, dkey):
+        plain = _cipher(cipher_key, tag, text) if mode is Mode.SEALED else text
+        if hmac.compare_digest(_tag(mac_key, wire, h, ttl0, plain), tag):
+            break
+    else:
         raise Refused("its tag does not verify: changed on the way, or forged")
     _check_ttl(ttl0, ttl, hops)
     return plain, mode

@@ -97,6 +97,22 @@ def test_keys_the_destination_does_not_trust_or_no_longer_has_are_refused_and_a_
     assert e.value.code == "untrusted"
 
 
+def test_a_new_key_whose_hint_is_the_old_one_s_too_still_lets_the_old_one_open_what_it_was_made_for():
+    """The hint is one byte: 1 in 256 rotated keys shares its predecessor's (a test once met one)."""
+    ring_a, ring_d = _rings()
+    old_hint = e2e.key_hint(e2e.public_bytes(ring_d.own[0]))
+    clash = next(k for k in iter(X25519PrivateKey.generate, None) if e2e.key_hint(e2e.public_bytes(k)) == old_hint)
+    rotated = Keyring("DD", [clash, *ring_d.own], ring_d.trusted)
+    for mode in Mode.SIGNED, Mode.SEALED:
+        out, trailer = e2e.protect(ring_a, mode, HEADER, 0, b"made for the old key")
+        assert e2e.open_(rotated, HEADER, 0, out, trailer) == (b"made for the old key", mode)
+    text, pending = e2e.seal_whole_text(ring_a, Mode.SEALED, HEADER, b"in segments" * 10)
+    trailer = e2e.protect_segments(ring_a, pending, HEADER, 0)
+    check = e2e.check_segments(rotated, HEADER, 0, trailer)
+    check.update(text)
+    assert check.ok() and e2e.opening(rotated, HEADER, trailer) == (check.cipher_key, trailer[:16])
+
+
 def test_the_envelope_carries_the_trailer_under_its_own_mark_and_a_short_one_is_a_bad_image():
     trailer = bytes(range(23))
     img = envelope.wrap("DDRECV", "AASEND", 1, 2, b"text", envelope.Envelope(pseq=5, epoch="01020304", e2e=trailer))
