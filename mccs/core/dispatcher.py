@@ -25,7 +25,7 @@ from mccs.core.lists import MSGBLOK, PRQBLOK, RecvList
 from mccs.core.notices import fields
 from mccs.core.replies import NOTHING, Accepted, AcceptedMany, Body, Message, Received
 from mccs.core.segments import crc_of
-from mccs.core import e2e
+from mccs.core import e2e, envelope
 from mccs.core.e2e import Keyring
 from mccs.core.sessions import Session, Sessions
 from mccs.core.host import HostState
@@ -35,8 +35,8 @@ def message(blk: MSGBLOK, wall: float, keys: Keyring, copy: bool = False) -> Mes
     """A message for a RECV's reply (a copy for an observer has no rid: nothing to confirm).
     `ttl`: the seconds its sender still waits (a request's reply is sent with no more). A sealed
     message in segments is kept encrypted: the shell opens it as it sends it (`opening`)."""
-    opening = e2e.opening(keys, e2e.stored_header(blk), blk.seal) if isinstance(blk.data, Stored) and blk.seal \
-        else None
+    opening = e2e.opening(keys, e2e.Header.of(blk, envelope.of_stored(blk)), blk.seal) \
+        if isinstance(blk.data, Stored) and blk.seal else None
     return Message(None if copy else blk.seq, blk.from_id, blk.to_id, blk.msg_id, blk.user_id, blk.data,
                    round(max(0.0, blk.expires - wall), 3) if blk.expires else None,
                    bool(blk.flags & REPLY), not blk.flags & FAILED, copy, str(e2e.mode_of(blk.flags)), opening)

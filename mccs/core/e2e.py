@@ -283,12 +283,6 @@ def opening(keys: Keyring, h: Header, trailer: bytes) -> tuple[bytes, bytes] | N
         return None
 
 
-def stored_header(blk) -> Header:
-    """The header of a message as this host stores it (a MSGBLOK: its wire flags made again)."""
-    return Header(process_id(blk.to_id), process_id(blk.from_id), blk.msg_id, blk.user_id, blk.priority,
-                  envelope.to_wire(blk.flags), blk.epoch or envelope.NO_EPOCH, blk.pseq)
-
-
 def opener(opening: tuple[bytes, bytes]):
     """The stream that opens such a text from its first byte on (`update` piece after piece)."""
     return _stream(*opening)

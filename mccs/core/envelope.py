@@ -83,6 +83,12 @@ class Envelope:
         return bool(self.flags & ADVERT)
 
 
+def of_stored(blk) -> Envelope:
+    """The envelope of a message as this host stored it (a MSGBLOK for it: its wire flags made
+    again, its end-to-end trailer), for what was checked against the envelope it came with."""
+    return Envelope(blk.hops, to_wire(blk.flags), blk.epoch or NO_EPOCH, blk.pseq, 0, blk.priority, blk.seal)
+
+
 def ttl_left(expires: float, wall: float) -> int:
     """The TTL field for a message that expires at `expires` (0: never), at least 1 if any."""
     if not expires:

@@ -194,9 +194,7 @@ class MessageReceiver:
 
     def check_again(self, blk: MSGBLOK) -> None:
         """Restore: a stored message whose text was not checked yet is checked again from its start."""
-        env = Envelope(blk.hops, envelope.to_wire(blk.flags), blk.epoch or envelope.NO_EPOCH, blk.pseq, 0,
-                       blk.priority, blk.seal)
-        self.checking[blk.seq] = Checking(Arrival("", "", collections.Counter()), blk, env, None)
+        self.checking[blk.seq] = Checking(Arrival("", "", collections.Counter()), blk, envelope.of_stored(blk), None)
 
     def check_texts(self, fx: Effects, wall: float) -> None:
         """Go on with the checks of texts in segments: each as far as its pieces have been read."""
