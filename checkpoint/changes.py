@@ -20,6 +20,7 @@ class Table(StrEnum):
     WAIT_LIST = "wait_list"
     SEND_DONE = "send_done"
     DUP_WINDOW = "dup_window"  # (origin, MSG_ID) keys received here: duplicates are dropped
+    SEEN = "custody_seen"  # (origin, MSG_ID) keys received here in custody streams: what a restored origin asks
     SENT_WINDOW = "sent_window"  # (destination host, MSG_ID) keys sent from here: never reused too soon
     KNOWN_HOSTS = "known_hosts"  # every host ever learned by routing: a SEND to it is accepted and waits
     PAIR_OUT = "pair_out"  # per destination host and priority: the next end-to-end sequence number of this origin
@@ -49,6 +50,10 @@ CUSTODY = 0x100
 #: Stored only too: one of this host's messages that goes without an end-to-end number (custody's
 #: own, which need no order).
 LOOSE = 0x200
+#: Stored only too: one of this host's messages that had no end-to-end number when the backup this
+#: host was restored from was taken; it may have left since. It waits until its destination says
+#: whether it has had it (mccs.core.custody, "doubts").
+DOUBT = 0x2000
 
 INLINE_MAX = 65536  # a text longer than this is kept in the checkpoint only (Stored), not in memory
 
@@ -348,3 +353,4 @@ class Restored:
     custody_in: dict[tuple[str, int], tuple[str, bool]] = field(default_factory=dict)  # -> (epoch, syncing)
     gaps: list[tuple[str, int, str, int, float]] = field(default_factory=list)  # (origin, priority, epoch, pseq, until)
     retired: list[tuple[str, int, str]] = field(default_factory=list)  # (origin, priority, epoch)
+    seen_keys: list[tuple[str, int]] = field(default_factory=list)  # (origin, MSG_ID) come in custody streams

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from .changes import (CUSTODY, LOOSE, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, Kept, PendingSend,
+from .changes import (CUSTODY, DOUBT, LOOSE, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, Kept, PendingSend,
                       Restored, Row, Stored, Table)
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ GAPS_SCHEMA = {"origin": str, "priority": int, "epoch": str, "pseq": int, "until
 
 log = logging.getLogger("checkpoint.store")
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 #: Bytes of a text a version-8 partial held, copied into one row of PIECES each (_migrate_from_8).
 PIECE_COPY = 1 << 16
 RESTORED = "restored_from_backup"  # meta key of a backup's copy: the time it was taken (until it is opened)
@@ -169,6 +169,7 @@ class Checkpoint:
             db.table(Table.PEER_EPOCH).create({"host": str, "epoch": str}, pk="host")
             self._create_custody_tables(db)
             self._create_gaps(db)
+            self._create_seen(db)
             db.table(Table.META).insert_all([{"key": "schema_version", "value": str(SCHEMA_VERSION)},
                                              {"key": "host_id", "value": self.host_id},
                                              {"key": "next_msg_id", "value": "1"},
@@ -232,6 +233,13 @@ class Checkpoint:
         if Table.RETIRED not in db.table_names():
             db.table(Table.RETIRED).create(RETIRED_SCHEMA, pk=("origin", "priority", "epoch"))
 
+    @staticmethod
+    def _create_seen(db: sqlite_utils.Database) -> None:
+        """Schema 13: the MSG_IDs that came in custody streams, which an origin restored from a backup
+        asks about (mccs.core.custody, "doubts")."""
+        if Table.SEEN not in db.table_names():
+            db.table(Table.SEEN).create({"host": str, "msg_id": int, "seq": int}, pk=("host", "msg_id"))
+
     def _check_identity(self, conn: sqlite3.Connection) -> None:
         meta = dict(conn.execute(f"SELECT key, value FROM {Table.META}").fetchall())
         if meta.get("host_id") != self.host_id:
@@ -245,7 +253,7 @@ class Checkpoint:
                                (4, self._migrate_from_4), (5, self._migrate_from_5),
                                (6, self._migrate_from_6), (7, self._migrate_from_7), (8, self._migrate_from_8),
                                (9, self._migrate_from_9), (10, self._migrate_from_10),
-                               (11, self._migrate_from_11)):
+                               (11, self._migrate_from_11), (12, self._migrate_from_12)):
             if int(version) <= since:
                 migrate(conn)
 
@@ -380,6 +388,13 @@ class Checkpoint:
                 if "seal" not in _database(conn).table(table).columns_dict:  # (a test's file may have it)
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN seal BLOB NOT NULL DEFAULT x''")
             self._create_gaps(_database(conn))
+            conn.execute(f"UPDATE {Table.META} SET value = '12' WHERE key = 'schema_version'")
+
+    def _migrate_from_12(self, conn: sqlite3.Connection) -> None:
+        """Version 13 keeps the MSG_IDs that came in custody streams (`_create_seen`)."""
+        with conn:
+            conn.execute("BEGIN")
+            self._create_seen(_database(conn))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _renew_if_restored(self, conn: sqlite3.Connection) -> None:
@@ -416,9 +431,10 @@ class Checkpoint:
             conn.execute(f"DELETE FROM {Table.PIECES} WHERE text IN (SELECT id FROM {Table.PARTIALS})")
             conn.execute(f"DELETE FROM {Table.PARTIALS}")
             conn.execute(f"DELETE FROM {Table.SEND_LIST} WHERE flags & ? AND NOT {kept}", (CUSTODY,))
-            doubtful = conn.execute(f"SELECT count(*) FROM {Table.SEND_LIST} WHERE substr(from_id, 1, 2) = ? AND "
-                                    f"pseq = 0 AND NOT flags & ? AND EXISTS (SELECT 1 FROM {Table.CUSTODY_OUT} c "
-                                    f"WHERE c.dest = substr(to_id, 1, 2))", (self.host_id, LOOSE)).fetchone()[0]
+            doubtful = conn.execute(f"UPDATE {Table.SEND_LIST} SET flags = flags | ? WHERE substr(from_id, 1, 2) = ? "
+                                    f"AND pseq = 0 AND NOT flags & ? AND EXISTS (SELECT 1 FROM {Table.CUSTODY_OUT} c "
+                                    f"WHERE c.dest = substr(to_id, 1, 2) AND c.priority = {Table.SEND_LIST}.priority)",
+                                    (DOUBT, self.host_id, LOOSE)).rowcount
             conn.execute(f"UPDATE {Table.SEND_LIST} SET pseq = 0, epoch = '' WHERE substr(from_id, 1, 2) = ? "
                          f"AND NOT {kept}", (self.host_id,))
             conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'epoch'", (secrets.token_hex(4),))
@@ -426,8 +442,8 @@ class Checkpoint:
         log.warning("checkpoint %s was restored from a backup taken at %s: this host starts a new epoch with its "
                     "lists as they were then", self.path, meta[RESTORED])
         if doubtful:
-            log.warning("%d of this host's messages had not left it when the backup was taken: any of them that left "
-                        "after may be delivered twice (docs/LIMITS.md)", doubtful)
+            log.warning("%d of this host's messages had not left it when the backup was taken: each waits until its "
+                        "destination says whether it had it since (mccs.core.custody)", doubtful)
 
     def renew_if_restored(self) -> None:
         """The same on an open checkpoint (the simulator's, restored in memory)."""
@@ -459,7 +475,7 @@ class Checkpoint:
                         {(o, p): (e, bool(s)) for o, p, e, s in
                          q(f"SELECT origin, priority, epoch, syncing FROM {Table.CUSTODY_IN}")},
                         q(f"SELECT origin, priority, epoch, pseq, until FROM {Table.GAPS}").fetchall(),
-                        q(f"SELECT origin, priority, epoch FROM {Table.RETIRED}").fetchall())
+                        q(f"SELECT origin, priority, epoch FROM {Table.RETIRED}").fetchall(), keys(Table.SEEN))
 
     # -- group commit ---------------------------------------------------------------------
     def apply(self, changes: list[Change]) -> None:
@@ -650,7 +666,7 @@ def _not_the_checkpoint(path: Path, dest: Path) -> None:
         raise FileExistsError(f"{dest} is not a regular file: a backup replaces only an older backup")
 
 
-COUNTED = (Table.SEND_LIST, Table.RECV_LIST, Table.WAIT_LIST, Table.DUP_WINDOW, Table.SENT_WINDOW,
+COUNTED = (Table.SEND_LIST, Table.RECV_LIST, Table.WAIT_LIST, Table.DUP_WINDOW, Table.SEEN, Table.SENT_WINDOW,
            Table.KNOWN_HOSTS, Table.PARTIALS, Table.FORGETS, Table.PEER_EPOCH)
 
 

@@ -351,10 +351,19 @@ def _print_status(s: dict) -> None:
               f"  waiting {waiting.get(r['to'], 0)}")
     for origin, held in s.get("held_for_order", {}).items():
         print(f"held for order: {held['held']} from {origin}, waiting for its number {held['next']}")
+    custody = {k: v for k, v in s.get("custody", {}).items() if v and k != "owed"}
+    if custody:  # end-to-end custody (docs/ROUTING.md 5c): copies kept, restores being repaired
+        print("custody: " + "  ".join(f"{k} {_custody_text(v)}" for k, v in custody.items()))
     print("counters: " + "  ".join(f"{k} {v}" for k, v in sorted(s["counters"].items())))
     refused = {k[len("refused_"):]: v for k, v in s["counters"].items() if k.startswith("refused_")}
     if refused:  # end to end (docs/E2E.md): by reason
         print("refused: " + "  ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+
+
+def _custody_text(v: object) -> str:
+    if isinstance(v, dict):
+        return ",".join(f"{k}:{n}" for k, n in v.items())
+    return ",".join(v) if isinstance(v, list) else str(v)
 
 
 def _mib(n: float) -> str:

@@ -14,12 +14,13 @@ often than every STATE_EVERY seconds), and answers probes.
 
 Custody begins when the origin first hears a destination's state (an older MCCS never sends
 one, so it never makes copies pile up), from the next number it gives: `PairsOut.kept`. Three
-daemon messages carry it (mccs.core.control), each at most DAEMON_ROOM bytes:
+daemon messages carry it (mccs.core.control), each at most DAEMON_ROOM bytes (and a fourth, `had`,
+below):
 
-    {"state":"1f2e3d4c","p":0,"x":42,"r":"37,40-41","h":"44-45","a":1,"m":45}
+    {"state":"1f2e3d4c","p":0,"x":42,"r":"37,40-41","h":"44-45","a":2,"m":45}
         destination -> origin, about the origin's epoch 1f2e3d4c, priority 0: every PSEQ below
         x=42 arrived, of which 37, 40 and 41 are still on RECV_LIST (the rest were taken); 44 and
-        45 are held for order (h, with a=1 only: the answer to a probe; y, if present, says h
+        45 are held for order (h, with a only: the answer to a probe; y, if present, says h
         stops there for room), and 45 is the highest that ever arrived (m, in an answer)
     {"probe":"1f2e3d4c","p":0,"f":30,"n":46,"k":"37-45"}
         origin -> destination: copies are kept from PSEQ f=30, the next PSEQ is n=46, and these
@@ -35,6 +36,22 @@ PROBE_FIRST seconds without progress finds the gap and sends it again. An origin
 backup keeps its custody streams under the epoch they had (Pairs.epoch_of), with its copies and
 numbered blocks, and numbers nothing new in them until the destination's answer to its probe says
 how far the lost incarnation got (m): then from JUMP past it.
+
+Doubts. A message this origin had stored but not yet numbered when the backup was taken may have
+been numbered and delivered by the lost incarnation since. The restored origin flags each such
+message DOUBT (checkpoint.store) and sends none of its stream until the destination has said
+whether it had it: its probes carry the MSG_IDs in doubt (u), lowest first, as many as fit, and a
+destination of this version answers, besides its state, which of those below z came to it under
+the stream's epoch (d):
+
+    {"probe":"1f2e3d4c","p":0,"e":"5a6b7c8d","f":30,"n":46,"k":"37-45","u":"101-104,107"}
+    {"had":"1f2e3d4c","p":0,"z":108,"d":"101-103"}
+
+Here 101 to 103 came (the restored origin drops them: they were delivered once), 104 and 107 did
+not (they go, numbered anew). A destination keeps the MSG_IDs of what came in custody streams (SEEN,
+the last DUP_WINDOW per origin and epoch: the origin gives no id twice within them). Its states that
+answer a probe say a=2; a=1 is an earlier MCCS, which keeps no such record and sends no `had`: the
+doubts then go as they are (and may come twice).
 """
 from __future__ import annotations
 
@@ -43,11 +60,12 @@ import logging
 from typing import Callable, Iterable
 
 from checkpoint import changes as ch
-from checkpoint.changes import CUSTODY, LOOSE, Kept, Table
+from checkpoint.changes import CUSTODY, DOUBT, LOOSE, Kept, Table
 
 from mccs.core.effects import Effects
 from mccs.core.envelope import NOTICE, PRIORITY_MAX
 from mccs.core.lists import MSGBLOK, BlockState
+from mccs.core.msgids import ID_SPACE, KeyWindow
 from mccs.core.notices import DAEMON_ROOM, NAME, Notices
 from mccs.core.host import HostState
 
@@ -61,7 +79,9 @@ PROBE_MOST = 600.0  # ... up to this
 SYNC_MOST = 600.0  # seconds a restored destination waits for an origin's probe before it goes on without
 GRACE = 600.0  # seconds a copy is kept past its ttl (a void of it on the way has told its sender)
 JUMP = 1 << 16  # numbers a restored origin leaves unused, for those it gave after the backup (PSEQ is 32 bits)
-KINDS = ("state", "probe", "sync")
+KINDS = ("state", "probe", "sync", "had")
+DOUBTS_ROOM = 32  # characters of a probe for the MSG_IDs in doubt
+ANSWER = 2  # `a` of a state that answers a probe: 1 from an MCCS that sends no `had`
 
 Stream = tuple[str, int]  # (the other host, priority)
 
@@ -110,11 +130,16 @@ def within(spans: list[tuple[int, int]], n: int) -> bool:
     return any(a <= n <= b for a, b in spans)
 
 
+def seen_as(origin: str, epoch: str) -> str:
+    """The key of the MSG_IDs that came in an origin's custody streams of one epoch (SEEN)."""
+    return f"{origin}:{epoch}"
+
+
 class Custody:
-    def __init__(self, hs: HostState, notices: Notices):
+    def __init__(self, hs: HostState, notices: Notices, seen: KeyWindow):
         self.host, self.lists, self.ids, self.pairs, self.counters = hs.id, hs.lists, hs.ids, hs.pairs, hs.counters
         self.routes = hs.routes
-        self.notices = notices
+        self.notices, self.seen = notices, seen
         self.copies: dict[Stream, dict[int, MSGBLOK]] = {}  # (dest, priority) -> PSEQ -> copy
         self.probe_at: dict[Stream, tuple[float, float]] = {}  # (dest, priority) -> (when, the wait after it), wall
         self.dirty: dict[Stream, tuple[int, float]] = {}  # (origin, priority): taken since its last state, since
@@ -189,6 +214,10 @@ class Custody:
         self.counters["custody_released"] += len(released)
         if released and stream in self.copies:
             self.probe_at[stream] = (wall + PROBE_FIRST, PROBE_FIRST)
+        if body.get("a") == 1 and self.doubts(stream):  # an earlier MCCS, which keeps no record of what came
+            log.warning("%s: %s cannot say which of this host's messages in doubt it had (an earlier MCCS): they "
+                        "go, and may come twice", self.host, stream[0])
+            self._doubts_answered(fx, stream, ID_SPACE + 1, [])
         if body.get("a") and kept.syncing:
             self._synced(fx, stream, _int(body, "m") if "m" in body else max([x - 1, *(b for _, b in held)]), wall)
         if body.get("a"):  # those it lacks, unless they may well be on their way still, or their ttl nearly
@@ -222,6 +251,31 @@ class Custody:
                     "numbering goes on from %d", self.host, stream[0], top, stream[1], n)
         self.probe_at[stream] = (wall + PROBE_FIRST, PROBE_FIRST)
 
+    def doubts(self, stream: Stream) -> list[MSGBLOK]:
+        """This origin's messages of a stream in doubt (see the module docstring), by MSG_ID."""
+        return sorted((b for b in self.lists.send.queue(*stream) if b.flags & DOUBT), key=lambda b: b.msg_id)
+
+    def _had(self, fx: Effects, dest: str, body: dict) -> None:
+        stream = (dest, _int(body, "p"))
+        if body["had"] == self.pairs.epoch_of(*stream):
+            self._doubts_answered(fx, stream, _int(body, "z"), parse_ranges(_str(body, "d")))
+
+    def _doubts_answered(self, fx: Effects, stream: Stream, upto: int, had: list[tuple[int, int]]) -> None:
+        """Of those in doubt below `upto`, those the destination had are dropped (delivered once),
+        the others go."""
+        for blk in (b for b in self.doubts(stream) if b.msg_id < upto):
+            if within(had, blk.msg_id):
+                self.lists.send.remove(blk)
+                self.ids.release(blk.msg_id)
+                fx.change(ch.delete_block(Table.SEND_LIST, blk.seq))
+                self.counters["custody_doubts_had"] += 1
+            else:
+                blk.flags &= ~DOUBT
+                fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, blk.flags))
+                self.counters["custody_doubts_go"] += 1
+        if self.doubts(stream):
+            self.probe_at[stream] = (0.0, PROBE_FIRST)  # the rest: ask again at once
+
     def _again(self, fx: Effects, stream: Stream, pseq: int) -> None:
         """A copy the destination does not have: on SEND_LIST again, the same number and epoch."""
         blk = self._take(stream, pseq)
@@ -243,6 +297,9 @@ class Custody:
         kept.update(b.pseq for b in self.lists.send.queue(dest, priority)
                     if b.origin == self.host and b.pseq >= first and b.epoch == mine)
         body = {"probe": mine, "p": priority, "e": stream_kept.epoch, "f": first, "n": n}
+        doubts = [b.msg_id for b in self.doubts(stream)]
+        if doubts:
+            body["u"], _ = ranges(doubts, DOUBTS_ROOM)
         text, cut = ranges(sorted(kept), _room(body, "k"))
         body.update(n=n if cut is None else cut, k=text)
         self.counters["custody_probes"] += 1
@@ -285,6 +342,21 @@ class Custody:
                         self.host, origin, len(dropped), len(ready))
         self.hand(fx, ready, wall)
         self._tell(fx, stream, wall, answer=True)
+        self._doubts(fx, stream, _str(body, "probe"), parse_ranges(_str(body, "u")), wall)
+
+    def _doubts(self, fx: Effects, stream: Stream, epoch: str, asked: list[tuple[int, int]], wall: float) -> None:
+        """Which of the MSG_IDs a restored origin asks about came here (see the module docstring)."""
+        if not asked:
+            return
+        if asked[-1][1] > ID_SPACE:
+            raise ValueError(f"MSG_IDs up to {asked[-1][1]} asked about")
+        key = seen_as(stream[0], epoch)
+        body: dict = {"had": epoch, "p": stream[1], "z": asked[-1][1] + 1}
+        body["d"], cut = ranges([n for a, b in asked for n in range(a, b + 1) if (key, n) in self.seen],
+                                _room(body, "d"))
+        if cut is not None:  # the rest is asked again
+            body["z"] = cut
+        self._send(fx, stream[0], body, wall)
 
     def _sync(self, dest: str, body: dict) -> None:
         stream = (dest, _int(body, "p"))
@@ -325,7 +397,7 @@ class Custody:
                          and 0 < b.pseq < pair.expect)
         body: dict = {"state": pair.epoch, "p": priority, "e": self.pairs.epoch, "x": pair.expect}
         if answer:  # (room kept for what an answer adds)
-            body.update(a=1, h="", y=10 ** 12, m=max([pair.expect - 1, *pair.held]))
+            body.update(a=ANSWER, h="", y=10 ** 12, m=max([pair.expect - 1, *pair.held]))
         text, cut = ranges(on_list, _room(body, "r"))
         if cut is not None:  # the rest does not fit: say less is taken
             body["x"] = cut
@@ -349,6 +421,8 @@ class Custody:
             self._state(fx, origin, body, wall)
         elif kind == "probe":
             self._probe(fx, origin, body, wall)
+        elif kind == "had":
+            self._had(fx, origin, body)
         else:
             self._sync(origin, body)
 
@@ -372,6 +446,7 @@ class Custody:
                 if stream in self.pairs.out.kept:
                     self.probe(fx, stream, wall)
                 if (not self.pairs.out.syncing(*stream)  # (a restored origin asks until it is answered)
+                        and not self.doubts(stream)
                         and not any(not b.flags & NOTICE for b in self.copies.get(stream, {}).values())):
                     del self.probe_at[stream]  # nothing kept, or daemon messages only: no probe of their own
                     continue
@@ -413,7 +488,8 @@ class Custody:
                 "syncing": sorted(f"{o}/p{p}" if p else o for (o, p), pair in self.pairs.into.pairs.items()
                                   if pair.syncing),
                 "syncing_to": sorted(f"{d}/p{p}" if p else d for (d, p), k in self.pairs.out.kept.items()
-                                     if k.syncing)}  # (restored: no new number before the destination answers)
+                                     if k.syncing),  # (restored: no new number before the destination answers)
+                "doubts": sum(bool(b.flags & DOUBT) for b in self.lists.send)}  # (restored: not sent before it answers)
 
 
 def _room(body: dict, key: str) -> int:

@@ -79,14 +79,15 @@ class Kernel:
         self.sessions = Sessions(cfg.processes, cfg.strict_names)
         self.reassembly = Reassembly(cfg.max_message, [Partial(*p) for p in state.partials], state.seg_done)
         self.notices = Notices(hs)
-        self.custody = Custody(hs, self.notices)
+        self.custody = Custody(hs, self.notices, KeyWindow(Table.SEEN, state.seen_keys))
         self._unchecked: list[MSGBLOK] = []
         self._restore(state)
         self.control = Control(hs, self.sessions, self.notices, self.custody)
         self.dispatcher = ProcessDispatcher(hs, self.sessions, self.control.over_quota)
         self.delivery = Delivery(hs, self.sessions, self.notices)
         self.lists.arrived.clear()  # restored, not arrived: observers got their copies before
-        self.receiver = receiver = MessageReceiver(hs, self.dups, self.notices, self.reassembly, self.control)
+        self.receiver = receiver = MessageReceiver(hs, self.dups, self.custody.seen, self.notices, self.reassembly,
+                                                   self.control)
         self.custody.hand = receiver.ready
         for blk in self._unchecked:
             receiver.check_again(blk)

@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Callable, Iterator, TypeGuard
 
 from checkpoint import changes as ch
-from checkpoint.changes import LOOSE, Stored, Table
+from checkpoint.changes import DOUBT, LOOSE, Stored, Table
 from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                          PeerRefused, image)
 
@@ -582,6 +582,8 @@ class Lines:
         for blk in self.lists.send.queue(dest, priority):
             if not lcb.routed and blk.pseq:  # numbered: it goes only with its number, and none behind it
                 return  # may pass it unnumbered (the line signed on as version 1: it waits for a routed one)
+            if blk.flags & DOUBT:  # its destination may have it: it, and all after it, wait to know (mccs.core.custody)
+                return
             if blk.parked_until > wall or blk.held or self.holds(blk, wall):  # one for a name at its quota waits
                 continue
             if (not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE

@@ -45,6 +45,9 @@ class KeyWindow:
             out.append(ch.delete_key(self.table, host, old))
         return out
 
+    def hosts(self) -> list[str]:
+        return list(self._order)
+
     def forget(self, host: str) -> list[Change]:
         """Every key of `host`: its checkpoint was started afresh, so its ids name new messages
         (or, for the sent window, it holds none of ours any more)."""

@@ -23,6 +23,7 @@ from mccs.core import e2e, envelope, routing, segments
 from mccs.core.effects import Effects
 from mccs.core.envelope import SEGMENT, VOID, Envelope, from_wire
 from mccs.core.lists import MSGBLOK
+from mccs.core.custody import seen_as
 from mccs.core.msgids import KeyWindow
 from mccs.core.control import Control
 from mccs.core.notices import DAEMON_ROOM, Notices, fields, is_daemon
@@ -60,12 +61,12 @@ class Checking:
 
 
 class MessageReceiver:
-    def __init__(self, hs: HostState, dups: KeyWindow, notices: Notices, reassembly: segments.Reassembly,
-                 control: Control):
+    def __init__(self, hs: HostState, dups: KeyWindow, seen: KeyWindow, notices: Notices,
+                 reassembly: segments.Reassembly, control: Control):
         self.host, self.hop_limit = hs.id, hs.cfg.hop_limit
         self.max_message = max(hs.cfg.max_message, DAEMON_ROOM)  # what the lines take whole (mccs.core.machine)
         self.control = control
-        self.lists, self.ids, self.dups, self.seqs = hs.lists, hs.ids, dups, hs.seqs
+        self.lists, self.ids, self.dups, self.seen, self.seqs = hs.lists, hs.ids, dups, seen, hs.seqs
         self.pairs, self.routes, self.notices, self.counters = hs.pairs, hs.routes, notices, hs.counters
         self.reassembly, self.blobs = reassembly, hs.blobs
         self.keys, self.accept_signed, self.gap_wait = hs.keys, hs.cfg.accept == "signed", hs.cfg.e2e_gap_wait
@@ -276,8 +277,10 @@ class MessageReceiver:
         verdict, ready, changes = self.pairs.into.arrive(blk)
         if verdict is Verdict.DUPLICATE:
             self._duplicate(src, m, fx, stored)
-        else:
-            fx.change(*self.dups.add(m.origin, m.msg_id, blk.seq), add)
+        else:  # (in custody, the keys an origin restored from a backup may ask about: not the window's)
+            keys = self.seen.add(seen_as(m.origin, env.epoch), m.msg_id, blk.seq) if exact \
+                else self.dups.add(m.origin, m.msg_id, blk.seq)
+            fx.change(*keys, add)
             if not blk.flags & VOID:
                 fx.trace("msg", "received", src.peer, src.proto, hops=env.hops + 1, **fields(m))
             if verdict is Verdict.HELD:
@@ -306,7 +309,10 @@ class MessageReceiver:
 
     def forget(self, origin: str) -> list[ch.Change]:
         """What was received from an origin whose checkpoint was started afresh (mccs.core.epochs)."""
-        return [*self.dups.forget(origin), *self.reassembly.forget(origin)]
+        current = {seen_as(o, pair.epoch) for (o, _), pair in self.pairs.into.pairs.items() if o == origin}
+        stale = [key for key in self.seen.hosts() if key.startswith(seen_as(origin, "")) and key not in current]
+        return [*self.dups.forget(origin), *(c for key in stale for c in self.seen.forget(key)),
+                *self.reassembly.forget(origin)]
 
     def _forward(self, src: Arrival, m: Incoming, env: Envelope | None, fx: Effects, wall: float) -> None:
         """Store and forward: on SEND_LIST for the next hop, acknowledged once stored here. One

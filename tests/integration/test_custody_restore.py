@@ -153,7 +153,7 @@ def test_an_origin_restored_from_a_backup_under_traffic_delivers_each_message_on
     chain.send(20)
     _left(chain, "AA")  # numbered as they left AA: the backup holds them as copies
     chain.vl.lines["AA-BB"].disconnect()
-    chain.send(6)  # numbered as they left AA too (a window's worth), but not acknowledged
+    chain.send(30)  # two windows' worth numbered as they left AA, not acknowledged; the rest not numbered yet
     time.sleep(2)
     chain.backup("AA")
     chain.vl.lines["AA-BB"].reconnect()
@@ -167,6 +167,7 @@ def test_an_origin_restored_from_a_backup_under_traffic_delivers_each_message_on
     chain.send(30)  # new ones, given again the MSG_IDs the lost disk had given
     chain.check(deadline=150)
     assert chain.counter("AA", "custody_synced") >= 1
+    assert chain.counter("AA", "custody_doubts_had") >= 1  # numbered after the backup by the lost disk, delivered
 
 
 def _left(c: Chain, host: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from checkpoint.changes import Kept
 from checkpoint.store import SCHEMA_VERSION, Checkpoint
+from mccs.cli.client import _print_status
 from mccs.core import custody
 from mccs.core.custody import parse_ranges, ranges
 from mccs.core.envelope import NOTICE
@@ -116,9 +117,13 @@ def test_every_custody_message_fits_the_room_every_line_takes():
     h, _ = ranges(list(range(2, 10 ** 6, 2)), custody._room(worst, "h"))
     worst["h"] = h
     assert len(json.dumps(worst, separators=(",", ":"))) <= DAEMON_ROOM
-    probe = {"probe": "ffffffff", "p": 7, "e": "ffffffff", "f": 10 ** 9, "n": 10 ** 9}
+    probe = {"probe": "ffffffff", "p": 7, "e": "ffffffff", "f": 10 ** 9, "n": 10 ** 9,
+             "u": ranges(list(range(1, 65536, 2)), custody.DOUBTS_ROOM)[0]}
     k, _ = ranges(list(range(1, 10 ** 6, 2)), custody._room(probe, "k"))
     assert len(json.dumps({**probe, "k": k}, separators=(",", ":"))) <= DAEMON_ROOM
+    had: dict = {"had": "ffffffff", "p": 7, "z": 65536}
+    had["d"], _ = ranges(list(range(1, 65536, 2)), custody._room(had, "d"))
+    assert len(json.dumps(had, separators=(",", ":"))) <= DAEMON_ROOM and had["d"].startswith("1,3,5")
 
 
 def test_a_destination_restored_from_a_backup_gets_again_what_it_lost_and_not_what_was_taken(tmp_path):
@@ -230,3 +235,40 @@ def test_a_probe_for_a_stream_nothing_of_which_came_yet_waits_for_the_numbers_be
     assert pairs.arrive(blk)[0] is Verdict.DELIVER
     restored = PairsIn({})  # restored since custody began: it goes on from the lowest the origin keeps
     assert restored.settle(("AA", 3), "c5317a80", 11, 11, lambda n: n >= 11, 12, False)[0].expect == 11
+
+
+@pytest.mark.parametrize("left, earlier", [(True, False), (False, False), (False, True)])
+def test_an_origin_restored_from_a_backup_delivers_once_what_had_not_left_it_when_the_backup_was_taken(
+        tmp_path, monkeypatch, capsys, left, earlier):
+    """`left`: the messages without a number in the backup left the lost incarnation (and were
+    delivered) before its disk was lost; or not. `earlier`: the destination is an MCCS from before
+    doubts (it answers a=1 and no `had`): they go."""
+    if earlier:
+        monkeypatch.setattr(custody, "ANSWER", 1)
+        monkeypatch.setattr(custody.Custody, "_doubts", lambda *args: None)
+    net = _chain(tmp_path)
+    flow = Flow(net)
+    flow.send(2)
+    flow.take(2)
+    assert net.run(lambda: _established(net), duration=30)
+    net.channel("AA", "BB").disconnect()
+    flow.send(20)  # a window's worth numbered as they leave, the rest unnumbered on SEND_LIST
+    aa = net["AA"].kernel
+    doubtful = sum(not b.pseq for b in aa.lists.send if not b.flags & NOTICE)
+    assert doubtful
+    backup = net["AA"].backup()
+    if left:
+        net.channel("AA", "BB").reconnect()
+        flow.take(20)  # numbered and delivered after the backup: the restored AA must not send them again
+        flow.send(2)
+    net["AA"].restore(backup)
+    aa = net["AA"].kernel
+    assert aa.custody.status()["doubts"] == doubtful
+    _print_status({**aa.status(), "pid": 1, "uptime": 0.0})  # what `mccs status` shows the operator
+    assert f"doubts {doubtful}" in capsys.readouterr().out.split("custody: ")[1].splitlines()[0]
+    net.channel("AA", "BB").reconnect()
+    flow.src = net.client("AA", "S")
+    flow.send(3)
+    flow.check()
+    assert aa.counters["custody_doubts_had" if left else "custody_doubts_go"] == doubtful
+    assert aa.custody.status()["doubts"] == 0
