@@ -92,6 +92,16 @@ def _established(net: SimNet) -> bool:
     return ("CC", 0) in net["AA"].kernel.pairs.out.kept and net["CC"].kernel.pairs.into.pairs[("AA", 0)].custody
 
 
+def _in_custody(tmp_path, first: int = 2) -> tuple[SimNet, Flow]:
+    """The chain, with `first` messages sent and taken: CC's first state begins custody at AA."""
+    net = _chain(tmp_path)
+    flow = Flow(net)
+    flow.send(first)
+    flow.take(first)
+    assert net.run(lambda: _established(net), duration=30)
+    return net, flow
+
+
 def test_the_origin_keeps_a_copy_until_the_destination_has_taken_it(tmp_path):
     net = _chain(tmp_path)
     flow = Flow(net)
@@ -127,11 +137,7 @@ def test_every_custody_message_fits_the_room_every_line_takes():
 
 
 def test_a_destination_restored_from_a_backup_gets_again_what_it_lost_and_not_what_was_taken(tmp_path):
-    net = _chain(tmp_path)
-    flow = Flow(net)
-    flow.send(4)
-    flow.take(4)
-    assert net.run(lambda: _established(net), duration=30)
+    net, flow = _in_custody(tmp_path, 4)
     flow.send(10)
     flow.take(4)  # 6 wait on CC's RECV_LIST
     backup = net["CC"].backup()
@@ -148,11 +154,7 @@ def test_a_destination_restored_from_a_backup_gets_again_what_it_lost_and_not_wh
 
 
 def test_a_transit_host_restored_from_a_backup_loses_nothing(tmp_path):
-    net = _chain(tmp_path)
-    flow = Flow(net)
-    flow.send(2)
-    flow.take(2)
-    assert net.run(lambda: _established(net), duration=30)
+    net, flow = _in_custody(tmp_path)
     net.channel("BB", "CC").disconnect()
     flow.send(3)
     assert net.run(lambda: len(net["BB"].kernel.lists.send) >= 3, duration=30)
@@ -166,11 +168,7 @@ def test_a_transit_host_restored_from_a_backup_loses_nothing(tmp_path):
 
 
 def test_an_origin_restored_from_a_backup_sends_again_under_the_same_numbers_and_delivers_nothing_twice(tmp_path):
-    net = _chain(tmp_path)
-    flow = Flow(net)
-    flow.send(2)
-    flow.take(2)
-    assert net.run(lambda: _established(net), duration=30)
+    net, flow = _in_custody(tmp_path)
     net.channel("AA", "BB").disconnect()
     flow.send(4)  # numbered as they are stored: in the backup with their numbers
     aa = net["AA"].kernel
@@ -246,11 +244,7 @@ def test_an_origin_restored_from_a_backup_delivers_once_what_had_not_left_it_whe
     if earlier:
         monkeypatch.setattr(custody, "ANSWER", 1)
         monkeypatch.setattr(custody.Custody, "_doubts", lambda *args: None)
-    net = _chain(tmp_path)
-    flow = Flow(net)
-    flow.send(2)
-    flow.take(2)
-    assert net.run(lambda: _established(net), duration=30)
+    net, flow = _in_custody(tmp_path)
     net.channel("AA", "BB").disconnect()
     flow.send(20)  # a window's worth numbered as they leave, the rest unnumbered on SEND_LIST
     aa = net["AA"].kernel
