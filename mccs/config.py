@@ -8,6 +8,7 @@ import dataclasses
 import grp
 import os
 import pwd
+import re
 import shlex
 import stat
 import tomllib
@@ -62,6 +63,20 @@ class LineConfig:
     ack_hold: float = 0.05  # async: how long a message received may wait to share its commit and ACK with the next
     secret_file: str = ""  # a shared secret: sign-on by challenge-response, every frame authenticated
     secret: bytes | None = _internal()
+    # a line that is a call through a Hayes modem (docs/CALLS.md): with `dial` this end calls, with `answer` it
+    # answers; "always" keeps a call up, "demand" calls when messages wait and hangs up when idle
+    call: str = "always"
+    dial: str = ""
+    answer: bool = False
+    modem_init: list = field(default_factory=lambda: ["ATZ", "ATE0V1"])
+    chat: list = field(default_factory=list)  # expect, send, expect, send ...; "login:~10": wait 10 s for it
+    idle_hangup: float = 60.0
+    call_retry: float = 30.0  # after a failed call, doubling up to an hour
+
+    @property
+    def is_call(self) -> bool:
+        """Through a modem: the line is up only during a call."""
+        return bool(self.dial or self.answer)
 
     def char_time(self) -> float:
         """Seconds a byte takes on this line's wire."""
@@ -87,8 +102,52 @@ class LineConfig:
         for key in ("reply_timeout", "disconnect_timeout", "ttd_timeout", "keepalive", "backoff_max"):
             _range(key, getattr(self, key), 0.001, 1e6)
         _range("ack_hold", self.ack_hold, 0.0, 1.0)
+        self._check_call()
         if self.secret_file:
             self.secret = _read_secret(self.secret_file)
+
+
+    def _check_call(self) -> None:
+        if self.call == "schedule":
+            raise ConfigError('call = "schedule" is not built yet (docs/LIMITS.md): use "demand" or "always"')
+        _choice("call", self.call, ("always", "demand"))
+        if self.call == "demand" and not self.is_call:
+            raise ConfigError(f'line to {self.peer}: call = "demand" needs dial (this end calls) or answer = true '
+                              "(it answers the peer's calls)")
+        if not DIAL.fullmatch(self.dial):
+            raise ConfigError(f"line to {self.peer}: dial = {self.dial!r}: digits, and , * # T P W only")
+        for command in self.modem_init:
+            if not command[:2].upper() == "AT" or any(c in command for c in "\r\n"):
+                raise ConfigError(f"line to {self.peer}: modem_init {command!r} is not one AT command")
+        if len(self.chat) % 2:
+            raise ConfigError(f"line to {self.peer}: chat has {len(self.chat)} strings: it goes expect, send, "
+                              "expect, send ... (an empty expect waits for nothing)")
+        for expect in self.chat[::2]:
+            _chat_wait(self.peer, expect)
+        _range("idle_hangup", self.idle_hangup, 1.0, 1e6)
+        _range("call_retry", self.call_retry, 1.0, 1e6)
+
+    def chat_steps(self) -> list[tuple[str, str, float]]:
+        """(expect, send, timeout) of each step of the chat."""
+        waits = [_chat_wait(self.peer, e) for e in self.chat[::2]]
+        return [(expect, send, wait) for (expect, wait), send in zip(waits, self.chat[1::2])]
+
+
+DIAL = re.compile(r"[0-9,*#TPWtpw ]*")
+CHAT_TIMEOUT = 30.0  # seconds a chat step waits for its text, unless it says (login:~10)
+
+
+def _chat_wait(peer: str, expect: str) -> tuple[str, float]:
+    text, sep, wait = expect.rpartition("~")
+    if not sep:
+        return expect, CHAT_TIMEOUT
+    try:
+        seconds = float(wait)
+    except ValueError:
+        raise ConfigError(f"line to {peer}: chat {expect!r}: what follows ~ is seconds to wait") from None
+    if not 0 < seconds <= 3600:
+        raise ConfigError(f"line to {peer}: chat {expect!r}: wait 0 to 3600 seconds")
+    return text, seconds
 
 
 def _read_secret(path: str) -> bytes:
@@ -296,7 +355,7 @@ def _build(cls, table: dict, where: str, base: Path, extra: dict | None = None):
     for key, value in values.items():
         default = fields[key].default
         want = (int, str) if default is None else type(default) if default is not dataclasses.MISSING \
-            else list if fields[key].default_factory is list else str
+            else list if fields[key].default_factory is not dataclasses.MISSING else str
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             values[key] = value = float(value)
         if not isinstance(value, want) or (want in (int, (int, str)) and isinstance(value, bool)):

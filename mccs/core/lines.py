@@ -29,6 +29,7 @@ from checkpoint import changes as ch
 from checkpoint.changes import DOUBT, LOOSE, Stored, Table
 from linedrivers import (FrameTraced, LineDown, LineEvent, LineUp, MessageAcked, MessageReceived,
                          PeerRefused, image)
+from linedrivers.call_line import CallLine, CallTraced
 
 from mccs.core import e2e, envelope, segments
 from mccs.config import LineConfig
@@ -160,7 +161,8 @@ class LineControlBlock:
                     now, self.machine.counters.get("retransmissions", 0)),
                 "counters": {**self.machine.counters, **self.counters},
                 "held": f"{self.held.name}, {self.held.size} bytes" if self.held else None,
-                "transfer": self.transfer.status() if self.transfer else None}
+                "transfer": self.transfer.status() if self.transfer else None,
+                **(self.machine.status(now) if isinstance(self.machine, CallLine) else {})}
 
 
 @dataclass(eq=False)
@@ -387,7 +389,8 @@ class Lines:
         lcb.hold_until = lcb.last_arrival = None  # what was received goes to the next pass
         if lcb.routed:
             lcb.routed = False
-            fx.change(*self.routes.line_down(lcb.peer, now))
+            if not lcb.cfg.is_call:  # a line that is a call stays a route between calls (docs/CALLS.md)
+                fx.change(*self.routes.line_down(lcb.peer, now))
         if lcb.state is LineState.UP:
             fx.trace("line", "down", lcb.peer, lcb.cfg.protocol, reason=reason)
             log.warning("%s: line to %s down: %s", self.host, lcb.peer, reason)
@@ -424,6 +427,9 @@ class Lines:
             log.warning("%s: refused a sign-on on the line to %s: %s", self.host, lcb.peer, why)
         elif isinstance(ev, LineEvent):
             fx.trace("line", ev.kind, lcb.peer, proto, reason=ev.detail or None)
+        elif isinstance(ev, CallTraced):
+            fx.trace("call", ev.kind, lcb.peer, proto, result=ev.result or None, duration=ev.duration, bytes=ev.bytes)
+            log.info("%s: call on the line to %s: %s %s", self.host, lcb.peer, ev.kind, ev.result)
 
     def _check_downgrade(self, lcb: LineControlBlock, now: float, fx: Effects) -> None:
         """A peer that routed on this line before signed on without routing: on a noisy BSC line its
@@ -511,6 +517,8 @@ class Lines:
             if busy != lcb.busy:  # RECV_LIST full (or the disk): "stored, send nothing more for now"
                 lcb.busy = busy
                 lcb.machine.set_busy(busy)
+            if isinstance(lcb.machine, CallLine) and not lcb.machine.connected and self._wanted(lcb, wall):
+                lcb.machine.call(self._now)  # messages wait for the peer: call it (docs/CALLS.md)
             if lcb.state is LineState.UP:
                 if lcb.routed and self.routes.learn:
                     self._advertise(lcb)
@@ -528,6 +536,15 @@ class Lines:
         for route in self.routes.take_changes():
             fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
                      distance=route.dist if route.dist < INFINITY else None)
+
+    def _wanted(self, lcb: LineControlBlock, wall: float) -> bool:
+        """Does a message wait that this line would carry now (not held, not in doubt)?"""
+        for priority, dest in self.lists.send.priorities():
+            if self.routes.next_hop(dest) == lcb.peer and any(
+                    not (b.held or b.flags & DOUBT or b.parked_until > wall or self.holds(b, wall))
+                    for b in self.lists.send.queue(dest, priority)):
+                return True
+        return False
 
     def _advertise(self, lcb: LineControlBlock) -> None:
         """A triggered update: the distances the peer has not heard yet, in as many messages as it takes."""

@@ -22,8 +22,9 @@ ROOM = envelope.SIZE + max(segments.SIZE, envelope.E2E_SIZE)
 
 
 class LineMachine(Protocol):
-    """A sans-I/O line protocol state machine (AsyncLine, BscLine)."""
-    counters: dict
+    """A sans-I/O line protocol state machine (AsyncLine, BscLine, and CallLine around either)."""
+    @property
+    def counters(self) -> dict: ...
     epoch: str
 
     def start(self, now: float) -> None: ...
@@ -53,6 +54,12 @@ def make_machine(host: str, lc: LineConfig, max_message: int, epoch: str = "",
     `random_bytes`: the machine's random source for sessions and nonces (the shell's: secrets in
     the daemon, seeded in the simulator); None leaves the machine's own (secrets)."""
     machine = _machine(host, lc, max_message, random_bytes)
+    if lc.is_call:  # through a modem: up only during a call (docs/CALLS.md)
+        from linedrivers.call_line import CallLine
+        from linedrivers.hayes import ChatStep, Dialer
+        dialer = Dialer(tuple(lc.modem_init), lc.dial, tuple(ChatStep(*step) for step in lc.chat_steps()))
+        machine = CallLine(machine, dialer, always=lc.call == "always", answer=lc.answer, idle_hangup=lc.idle_hangup,
+                           retry=lc.call_retry, random_bytes=random_bytes)
     machine.epoch = epoch
     return machine
 

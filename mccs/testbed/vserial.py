@@ -6,6 +6,10 @@ them until Ctrl-C.
 
     with Lines("/tmp/vs", ["AA-BB"], baud=9600, ber=1e-4) as vl:
         port = vl.port("AA", "BB")      # /tmp/vs/AA.BB, host AA's end of its line to BB
+
+With `modems=True` every end is an emulated Hayes modem (mccs.testbed.hayes_modem): line i (from
+1) has the numbers 555ii01 at its first host's end and 555ii02 at the other's; `vl.number("BB",
+"AA")` is what AA dials to reach BB.
 """
 from __future__ import annotations
 
@@ -32,10 +36,19 @@ class Lines:
         self.lines: dict[str, Line] = {}
         seed = kwargs.pop("seed", None)
         schedule = kwargs.pop("schedule", ())
+        modems = kwargs.pop("modems", False)
+        self.numbers: dict[tuple[str, str], str] = {}
         for i, spec in enumerate(specs):
             a, b = parse_spec(spec)
+            if modems:
+                self.numbers[a, b], self.numbers[b, a] = f"555{i + 1:02d}01", f"555{i + 1:02d}02"
             self.lines[spec] = Line(self.port(a, b), self.port(b, a), seed=None if seed is None else seed + i,
-                                    schedule=schedule() if callable(schedule) else schedule, **kwargs)
+                                    schedule=schedule() if callable(schedule) else schedule,
+                                    modems=(self.numbers[a, b], self.numbers[b, a]) if modems else None, **kwargs)
+
+    def number(self, host: str, peer: str) -> str:
+        """The telephone number of host's modem on its line to peer (modems=True)."""
+        return self.numbers[host, peer]
 
     def port(self, host: str, peer: str) -> str:
         """The device path host uses for its line to peer."""
@@ -77,7 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "  mccs vserial --dir /tmp/vs AA-BB BB-CC --baud 9600 --ber 1e-4 --latency 0.01\n"
                      "  mccs vserial --dir /tmp/vs AA-BB --flap 30,2 --hangup   # pull the cable every 30 s for 2 s\n"
                      "  mccs vserial --dir /tmp/vs AA-BB --log /tmp/vs/AA-BB.log"
-                     "  # every byte, with time and direction")
+                     "  # every byte, with time and direction\n"
+                     "  mccs vserial --dir /tmp/vs AA-BB --modem   # Hayes modems at both ends: ATD5550102 from AA")
     parser.add_argument("lines", nargs="+", metavar="AA-BB", help="a line between hosts AA and BB")
     parser.add_argument("--dir", default="/tmp/mccs-vserial", help="where the end symlinks go (default %(default)s)")
     parser.add_argument("--baud", type=int, default=9600, help="line speed in bit/s (default %(default)s)")
@@ -90,11 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hangup", action="store_true",
                         help="with --flap: hang up (ports vanish) instead of going silent")
     parser.add_argument("--log", metavar="FILE", help="append every byte (epoch time, direction, hex) to FILE")
+    parser.add_argument("--modem", action="store_true",
+                        help="an emulated Hayes modem at each end: the line carries data only during a call "
+                             "(line i: 555ii01 at its first host, 555ii02 at the other)")
 
 
 def run(args: argparse.Namespace) -> int:
     kwargs = dict(baud=args.baud, latency=args.latency, ber=args.ber, drop=args.drop,
-                  insert=args.insert, seed=args.seed, log=args.log)
+                  insert=args.insert, seed=args.seed, log=args.log, modems=args.modem)
     try:
         if args.flap:
             up, down = (float(x) for x in args.flap.split(","))
@@ -107,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with lines:
             for spec, line in lines.lines.items():
+                numbers = f"  modems {line.modems[0].number} <=> {line.modems[1].number}" if line.modems else ""
                 print(f"{spec}: {line.end_a} -> {line.devices[0]}  <=>  {line.end_b} -> {line.devices[1]}"
-                      f"  ({args.baud} baud)", flush=True)
+                      f"  ({args.baud} baud){numbers}", flush=True)
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:  # the lines are closed on the way out of `with`

@@ -10,6 +10,10 @@ to its pty slave, so a program opens `end_a` with any serial library, pyserial i
     with Line("/tmp/vs/AA.BB", "/tmp/vs/BB.AA", baud=9600, ber=1e-4) as line:
         ...                       # open the two paths as serial ports
         line.disconnect(); line.reconnect(); line.hangup(); line.reconnect()
+
+With `modems=("5551001", "5551002")` each end is a Hayes modem with that number (mccs.testbed.
+hayes_modem): the line carries bytes only during a call, which the programs make with AT
+commands; `line.modems[0].faults.busy = True` and the like make faults on demand.
 """
 from __future__ import annotations
 
@@ -26,6 +30,8 @@ import time
 import tty
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, TextIO
+
+from mccs.testbed.hayes_modem import HayesModem
 
 #: Relay wakes at most this often while bytes are in flight: pacing is per chunk, not per byte.
 QUANTUM = 0.001
@@ -125,13 +131,19 @@ class Line:
                  ber: float = 0.0, seed: int | None = None, log: str | LogSink | None = None, *,
                  drop: float = 0.0, insert: float = 0.0,
                  schedule: Iterable[tuple[float, str]] = (),
-                 tamper: Callable[[str, bytes], bytes] | None = None) -> None:
+                 tamper: Callable[[str, bytes], bytes] | None = None,
+                 modems: tuple[str, str] | None = None) -> None:
         if baud <= 0 or latency < 0 or not all(0 <= p < 1 for p in (ber, drop, insert)):
             raise ValueError("baud must be > 0, latency >= 0, ber/drop/insert in [0, 1)")
         self.end_a, self.end_b = os.path.abspath(end_a), os.path.abspath(end_b)
         self.baud, self.latency, self.ber, self.drop, self.insert = baud, latency, ber, drop, insert
         self.byte_time = 10.0 / baud
         self.tamper = tamper
+        self.modems: tuple[HayesModem, HayesModem] | None = None
+        if modems is not None:
+            a, b = HayesModem(modems[0], baud), HayesModem(modems[1], baud)
+            a.other, b.other = b, a
+            self.modems = (a, b)
         rng = random.Random(seed)
         self._dirs = (_Direction("a>b", random.Random(rng.random())), _Direction("b>a", random.Random(rng.random())))
         for d in self._dirs:
@@ -256,6 +268,10 @@ class Line:
             now = time.monotonic()
             self._run_due(now)
             timeout = self._deliver(now)
+            for modem in self.modems or ():
+                at = modem.next_deadline()
+                if at is not None:
+                    timeout = at - now if timeout is None else min(timeout, at - now)
             if self._next_action is not None:
                 until = self._started + self._next_action[0] - now
                 timeout = until if timeout is None else min(timeout, until)
@@ -295,7 +311,26 @@ class Line:
         while self._next_action is not None and self._started + self._next_action[0] <= now:
             self._apply(self._next_action[1], now)
             self._next_action = next(self._schedule, None)
+        for modem in self.modems or ():
+            modem.tick(now)
+        self._modems_say()
 
+    def _modems_say(self) -> None:
+        """What the modems tell their DTEs (OK, RING, CONNECT, NO CARRIER), at once; out of a call
+        nothing is in flight on the wire."""
+        if self.modems is None:
+            return
+        for modem, pty in zip(self.modems, self._ptys or (None, None)):
+            said = modem.to_dte()
+            if said and pty is not None:
+                try:
+                    os.write(pty.master, said)
+                except OSError:
+                    pass  # nobody reads the port: what a modem says then is lost
+        if not all(m.online for m in self.modems):
+            for d in self._dirs:
+                if d.backlog:
+                    d.clear(time.monotonic())
     def _accept(self, d: _Direction, fd: int, now: float) -> None:
         try:
             data = os.read(fd, BUFFER)
@@ -305,6 +340,11 @@ class Line:
         if self.state != "connected" or not data:
             d.counters["discarded"] += len(data)
             return
+        if self.modems is not None:  # the DTE talks to its modem; only a call's data goes on the wire
+            data = self.modems[0 if d.name == "a>b" else 1].from_dte(data, now)
+            self._modems_say()
+            if not data:
+                return
         if self.tamper is not None:
             data = self.tamper(d.name, data)
         kept = self._impair(d, bytearray(data))

@@ -1,0 +1,92 @@
+"""Lines that are calls (docs/CALLS.md): two real daemons over emulated Hayes modems on a virtual
+line (mccs.testbed.hayes_modem), each end able to call the other and to answer."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import mccs
+from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.loopback import timers
+from mccs.testbed.vserial import Lines
+
+pytestmark = pytest.mark.timeout(180)
+
+BAUD = 19200
+
+
+def _line(vl: Lines, host: str, peer: str, **keys) -> dict:
+    """host's line to peer: it dials peer's modem when messages wait, and answers peer's calls."""
+    return {"peer": peer, "port": vl.port(host, peer), "protocol": "async", "baud": BAUD, **timers(BAUD),
+            "call": "demand", "dial": vl.number(peer, host), "answer": True, **keys}
+
+
+def _call(d: DaemonProcess, peer: str) -> dict:
+    with mccs.connect(d.config, "Q") as q:
+        return next(line for line in q.status()["lines"] if line["peer"] == peer)
+
+
+def _until(check, seconds: float, what: str) -> None:
+    end = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < end, what
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def pair(tmp_path, request):
+    keys = getattr(request, "param", {})
+    with Lines(str(tmp_path / "dev"), ["AA-BB"], baud=BAUD, modems=True) as vl:
+        d = {h: DaemonProcess(write_config(tmp_path, h, [_line(vl, h, p, **keys)]))
+             for h, p in (("AA", "BB"), ("BB", "AA"))}
+        for daemon in d.values():
+            daemon.start()
+        try:
+            yield vl, d
+        finally:
+            for daemon in d.values():
+                daemon.stop()
+
+
+@pytest.mark.parametrize("pair", [{"idle_hangup": 4}], indirect=True)
+def test_a_demand_line_calls_carries_both_ways_and_hangs_up_when_idle(pair):
+    vl, d = pair
+    time.sleep(1.0)
+    assert _call(d["AA"], "BB")["call"] == "idle" and vl.lines["AA-BB"].modems[0].counters["calls"] == 0
+    with mccs.connect(d["AA"].config, "S") as s, mccs.connect(d["BB"].config, "R") as r:
+        s.send("BBR", b"over the first call")
+        got = r.recv(timeout=30)
+        assert got is not None and got.data == b"over the first call"
+        r.send("AAS", b"and back on it")
+        back = s.recv(timeout=30)
+        assert back is not None and back.data == b"and back on it"
+    modems = vl.lines["AA-BB"].modems
+    assert modems[0].counters["calls"] == 1 and modems[1].counters["calls"] == 0  # one call, AA's, both ways
+    _until(lambda: _call(d["AA"], "BB")["call"] == "idle" and _call(d["BB"], "AA")["call"] == "idle", 30,
+           "the call was not hung up when idle")
+    line = _call(d["AA"], "BB")
+    assert line["last_call"].startswith("hung up: idle") and line["counters"]["hangups"] == 1
+    assert modems[0].state == "command" and modems[1].state == "command"
+    with mccs.connect(d["BB"].config, "R") as r, mccs.connect(d["AA"].config, "S") as s:
+        r.send("AAS", b"BB calls this time")
+        got = s.recv(timeout=30)
+        assert got is not None and got.data == b"BB calls this time"
+    assert modems[1].counters["calls"] == 1
+
+
+@pytest.mark.parametrize("pair", [{"idle_hangup": 4, "call_retry": 3}], indirect=True)
+def test_a_busy_callee_makes_the_caller_try_again_later(pair):
+    vl, d = pair
+    modems = vl.lines["AA-BB"].modems
+    modems[1].faults.busy = True
+    with mccs.connect(d["AA"].config, "S") as s:
+        s.send("BBR", b"waits for a free line")
+    _until(lambda: _call(d["AA"], "BB").get("last_call", "").startswith("BUSY"), 30, "no BUSY")
+    line = _call(d["AA"], "BB")
+    assert line["call"] == "waiting" and line["next_try_in"] > 0 and line["counters"]["calls_failed"] >= 1
+    modems[1].faults.busy = False
+    with mccs.connect(d["BB"].config, "R") as r:
+        got = r.recv(timeout=60)  # the next try (3 s, then 6 s, and a random part) gets through
+        assert got is not None and got.data == b"waits for a free line"
+    assert _call(d["AA"], "BB")["counters"]["calls_failed"] >= 1
