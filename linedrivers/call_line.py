@@ -97,13 +97,13 @@ class CallLine:
         return out
 
     # -- the call -----------------------------------------------------------------------------------
-    def call(self, now: float) -> None:
-        """Messages wait for the peer (or an operator asked): call, unless a call is up or being
-        made, or the last one failed and its retry time has not come (then at that time)."""
+    def call(self, now: float, force: bool = False) -> None:
+        """Messages wait for the peer: call, unless a call is up or being made, or the last one
+        failed and its retry time has not come (then at that time); `force` (an operator): now."""
         self._now = now
         self.wanted = True
-        if self.state is CallState.IDLE or (self.state is CallState.WAITING and self.retry_at is not None
-                                            and now >= self.retry_at):
+        if self.state is CallState.IDLE or (self.state is CallState.WAITING and (
+                force or self.retry_at is not None and now >= self.retry_at)):
             self._dial(now)
 
     def hang_up(self, now: float, why: str = "asked") -> None:
@@ -141,7 +141,7 @@ class CallLine:
         self.call_counters["hangups"] += 1
         self._events.append(CallTraced("hangup", why, round(now - self.since, 3), self.call_bytes))
         self.last_result = f"hung up: {why}"
-        self.dialer.hang_up(now)
+        self.dialer.hang_up(now, escape=why != "NO CARRIER")
         self._set(CallState.HANGING_UP, now)
 
     # -- the machine's interface ----------------------------------------------------------------------

@@ -112,12 +112,13 @@ class Dialer:
         elif self.phase is Phase.READY:
             self._dial(now)
 
-    def hang_up(self, now: float) -> None:
-        """Back on hook from any phase: the escape (+++, between guard times) and ATH0."""
+    def hang_up(self, now: float, escape: bool = True) -> None:
+        """Back on hook from any phase: the escape (+++, between guard times) and ATH0; without the
+        escape when the modem is in command mode already (it said NO CARRIER)."""
         if self.phase in (Phase.IDLE, Phase.READY, Phase.HANGING_UP):
             return
         self.dial_wanted = False
-        self.phase, self._step, self._deadline = Phase.HANGING_UP, 0, now + self.guard
+        self.phase, self._step, self._deadline = Phase.HANGING_UP, 0 if escape else 1, now + self.guard
 
     def receive_data(self, data: bytes, now: float) -> bytes:
         """Bytes from the modem in its command phase. Returns those that follow CONNECT (and the
@@ -246,9 +247,9 @@ class Dialer:
         if self._step == 0:
             self._out.append(b"+++")
             self._step, self._deadline = 1, now + self.guard
-        elif self._step == 1:
+        elif self._step == 1:  # (a CR first ends whatever the modem took for a command: "+++" in command mode)
             self._step, self._line = 2, ""
-            self._command("ATH0", now, self.command_timeout)
+            self._command("\rATH0", now, self.command_timeout)
         else:
             self._on_hook("the modem did not answer ATH0")
 

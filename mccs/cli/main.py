@@ -18,6 +18,7 @@ COMMANDS = {
     "status": ("mccs.cli.client", "lines and their state, list lengths, counters (--watch: live, like top)"),
     "ping": ("mccs.cli.client", "round trip to a host's daemon, and whether a process is attached there"),
     "queue": ("mccs.cli.queue", "the messages on the lists: list, show, hold, release, purge"),
+    "line": ("mccs.cli.line", "make or end a call on a line that is a call through a modem: call, hangup"),
     "keys": ("mccs.cli.keys", "a host's end-to-end key and the hosts it trusts: init, show, trust, rotate, list"),
     "checkpoint": ("mccs.cli.checkpoint", "back up or check a host's checkpoint (while its daemon runs)"),
     "vserial": ("mccs.testbed.vserial", "virtual null-modem serial lines (pty pairs) with pacing and faults"),

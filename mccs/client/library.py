@@ -500,6 +500,11 @@ class Client:
         the daemon's reply; refused ones raise Refused (code bad_id, not_purged, bad_request)."""
         return self._call(lambda: {"op": "queue", "action": action, **keys})
 
+    def line(self, action: str, peer: str) -> dict:
+        """The operator's call on a line that is a call (`mccs line`: call, hangup), and the call's
+        state after it; refused ones raise Refused (bad_request: no such line, or not a call)."""
+        return self._call(lambda: {"op": "line", "action": action, "peer": peer})
+
     def ping(self, target: str = "", timeout: float = 5.0) -> Pong | None:
         """A round trip to the daemon of host `target` (`BB`, or `BBPROC` to ask whether process
         PROC is attached there; "": this host's daemon, not through the network), through the

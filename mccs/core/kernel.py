@@ -39,7 +39,8 @@ from mccs.core.segments import Blobs, Forgets, Partial, Reassembly
 from mccs.core.queue import Queue
 from mccs.core.replies import (NOTHING, Accepted, AcceptedMany, Alive, Cancelled, Confirmed, Failed, Observing,
                                Refused, Welcome)
-from mccs.core.requests import (NAMED, Cancel, Code, Confirm, Hello, Observe, Ping, QueueRequest, Recv, Request,
+from mccs.core.requests import (NAMED, Cancel, Code, Confirm, Hello, LineRequest, Observe, Ping, QueueRequest, Recv,
+                                Request,
                        RequestError, Send, SendMany)
 from mccs.core.delivery import Delivery
 from mccs.core.sessions import Creds, Session, Sessions
@@ -190,6 +191,8 @@ class Kernel:
                 self._fx.reply(conn, rid, Alive(self.host))
             elif isinstance(req, QueueRequest):  # carried out in the pass, which has the wall clock
                 self.queue.ops.append((conn, rid, req))
+            elif isinstance(req, LineRequest):
+                self._fx.reply(conn, rid, self.lines.operator(req, now))
         except RequestError as e:
             self.refuse(conn, rid, e)
         if isinstance(req, Recv) and self._may_wait(session, req):

@@ -41,6 +41,8 @@ from mccs.core.lists import MSGBLOK, BlockState
 from mccs.core.machine import ROUTE, LineMachine
 from mccs.core.notices import DAEMON_ROOM, fields, is_daemon
 from mccs.core.receiver import Arrival, MessageReceiver
+from mccs.core.replies import CallAnswer
+from mccs.core.requests import Code, LineRequest, RequestError
 from mccs.core.routing import INFINITY, encode_vector
 from mccs.core.segments import FORGET, Forget, Forgets
 from mccs.core.host import HostState
@@ -328,6 +330,22 @@ class Lines:
             return guess if wanted == 1 else wanted
         gather = min(int((until - READ_EARLY - now) / char), max(1, room - 1) * lcb.last_frame)
         return max(wanted, guess, gather)
+
+    def operator(self, req: LineRequest, now: float) -> CallAnswer:
+        """`mccs line call|hangup`: a call made or ended now (RequestError if the line is no call)."""
+        lcb = self.lcbs.get(req.peer)
+        if lcb is None:
+            raise RequestError(Code.BAD_REQUEST, f"this host has no line to {req.peer}")
+        machine = lcb.machine
+        if not isinstance(machine, CallLine):
+            raise RequestError(Code.BAD_REQUEST, f"the line to {req.peer} is not a call (it has no dial or answer)")
+        if req.action == "hangup":
+            machine.hang_up(now, "the operator hung up")
+        elif not lcb.cfg.dial:
+            raise RequestError(Code.BAD_REQUEST, f"the line to {req.peer} has no number to dial (it answers only)")
+        else:
+            machine.call(now, force=True)
+        return CallAnswer(req.peer, machine.status(now))
 
     def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
         lcb = self.lcbs[peer]

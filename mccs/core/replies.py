@@ -184,6 +184,16 @@ class Alive:
 
 
 @dataclass(frozen=True, slots=True)
+class CallAnswer:
+    """line call or hangup: the call's state on that line after the operator's request."""
+    peer: str
+    call: dict  # as `mccs status` shows it (linedrivers.call_line.CallLine.status)
+
+    def wire(self) -> dict:
+        return {"ok": True, "peer": self.peer, **self.call}
+
+
+@dataclass(frozen=True, slots=True)
 class PingAnswer:
     """ping of a host: its daemon answered; `attached`: is process `name` attached there (None
     when no name was asked)."""
@@ -273,4 +283,4 @@ class AtHost:
 
 
 Body = (Refused | Failed | Welcome | Observing | Accepted | AcceptedMany | Received | Confirmed | Cancelled | Alive
-        | PingAnswer | NoAnswer | StatusReport | CodecSwitched | AtHost)
+        | PingAnswer | NoAnswer | StatusReport | CodecSwitched | AtHost | CallAnswer)

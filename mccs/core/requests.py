@@ -148,7 +148,15 @@ class QueueRequest:
     limit: int = LIST_MAX  # list: at most this many entries
 
 
-Request = Hello | Observe | Send | SendMany | Recv | Confirm | Cancel | Status | Codec | Ping | QueueRequest
+@dataclass(frozen=True)
+class LineRequest:
+    """The operator's call on a line that is a call (`mccs line call|hangup`)."""
+    action: str  # "call" or "hangup"
+    peer: str
+
+
+Request = (Hello | Observe | Send | SendMany | Recv | Confirm | Cancel | Status | Codec | Ping | QueueRequest
+           | LineRequest)
 NAMED = (Observe, Send, SendMany, Recv, Confirm, Cancel)  # need a process name (hello) first
 BATCH_MAX = 1000  # entries in one send_many
 BATCH_BYTES = 128 << 10  # message bytes in one send_many (the frame limit of the socket follows from it)
@@ -332,6 +340,15 @@ def _queue(req: dict) -> QueueRequest:
     return op
 
 
+def _line(req: dict) -> LineRequest:
+    action, peer = _field(req, "action", str, required=True), _field(req, "peer", str, required=True)
+    if action not in ("call", "hangup"):
+        raise RequestError(Code.BAD_REQUEST, f"unknown line action {action!r} (call, hangup)")
+    if not check_host(peer):
+        raise RequestError(Code.BAD_ID, f"peer: {peer!r} is not a host id (2 printable characters, no blank)")
+    return LineRequest(action, peer)
+
+
 def _ping(req: dict) -> Ping:
     host, name = _field(req, "host", str, ""), _field(req, "name", str, "")
     if host and not check_host(host):
@@ -362,4 +379,4 @@ _PARSERS: dict[str, Callable[[dict], Request]] = {
     "observe": lambda req: Observe(_name(req)), "send": _send, "send_many": _send_many, "recv": _recv,
     "confirm": _confirm,
     "cancel": lambda req: Cancel(_req(req)), "status": lambda req: Status(), "codec": _codec, "ping": _ping,
-    "queue": _queue}
+    "queue": _queue, "line": _line}

@@ -218,6 +218,8 @@ class HayesModem:
     def _online(self, data: bytes, now: float) -> bytes:
         """Data for the wire, but an escape: "+++" after a guard time of silence (held back until
         the second guard time passes without another byte)."""
+        if not data:
+            return b""
         quiet = now - self._last_dte >= GUARD
         self._last_dte = now
         if (self._plus or quiet) and data and set(data) == {ord("+")} and len(self._plus + data) <= 3:

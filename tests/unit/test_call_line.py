@@ -1,0 +1,114 @@
+"""A line that is a call (linedrivers.call_line): two async machines behind emulated Hayes modems
+(mccs.testbed.hayes_modem), in memory with a simulated clock and seeded randomness."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from linedrivers import AsyncLine, LineDown, LineUp, MessageReceived
+from linedrivers.call_line import CallLine, CallState, CallTraced
+from linedrivers.hayes import Dialer
+from linedrivers.image import encode
+from mccs.testbed.hayes_modem import HayesModem
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Calls:
+    """AA and BB, each a CallLine on its modem, the modems joined by a wire that carries at once."""
+
+    def __init__(self, seed: int = 1, always: bool = False, **keys):
+        rng = random.Random(seed)
+        self.modems = (HayesModem("5550101", 9600), HayesModem("5550102", 9600))
+        self.modems[0].other, self.modems[1].other = self.modems[1], self.modems[0]
+        self.lines = tuple(
+            CallLine(AsyncLine(me, peer, reply_timeout=1.0, keepalive=5.0), Dialer(number=number), always=always,
+                     answer=True, random_bytes=rng.randbytes, **keys)
+            for me, peer, number in (("AA", "BB", "5550102"), ("BB", "AA", "5550101")))
+        self.now = 0.0
+        self.events: tuple[list, list] = ([], [])
+        for line in self.lines:
+            line.start(0.0)
+
+    def run(self, seconds: float, step: float = 0.02) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            self.now = round(self.now + step, 6)
+            for i, (line, modem) in enumerate(zip(self.lines, self.modems)):
+                modem.tick(self.now)
+                deadline = line.next_deadline()
+                if deadline is not None and deadline <= self.now:
+                    line.handle_timeout(self.now)
+                wire = modem.from_dte(line.data_to_send(), self.now)
+                if wire:
+                    self._port(1 - i, self.modems[1 - i].from_wire(wire))
+                self._port(i, modem.to_dte())
+
+    def _port(self, i: int, data: bytes) -> None:
+        line = self.lines[i]
+        if data:
+            line.receive_data(data, self.now)
+        new = line.events()
+        if any(isinstance(e, MessageReceived) for e in new):
+            line.confirm()
+        self.events[i].extend(new)
+
+    def kinds(self, i: int, kind: type) -> list:
+        return [e for e in self.events[i] if isinstance(e, kind)]
+
+
+def _image(text: bytes) -> bytes:
+    return encode("BBR", "AAS", 1, 0, text)
+
+
+def test_a_call_on_demand_carries_a_message_and_is_hung_up_when_idle():
+    calls = Calls(idle_hangup=5.0)
+    calls.run(1.0)
+    assert [line.state for line in calls.lines] == [CallState.IDLE, CallState.IDLE]
+    calls.lines[0].call(calls.now)
+    calls.run(2.0)
+    assert calls.lines[0].connected and calls.lines[1].connected and calls.kinds(0, LineUp)
+    calls.lines[0].send(_image(b"text with \r\nNO CARRIER\r\n in it"))  # (not the modem's: the call stays)
+    calls.run(1.0)
+    assert [e.image for e in calls.kinds(1, MessageReceived)] == [_image(b"text with \r\nNO CARRIER\r\n in it")]
+    calls.run(4.0)
+    assert calls.lines[0].connected  # the message was 4 s ago, and the NO CARRIER in it changed nothing
+    calls.run(5.0)
+    assert [line.state for line in calls.lines] == [CallState.IDLE, CallState.IDLE]
+    hangups = [e for e in calls.kinds(0, CallTraced) if e.kind == "hangup"]
+    assert len(hangups) == 1 and hangups[0].result.startswith("idle") and calls.kinds(0, LineDown)
+    assert calls.modems[0].state == "command" and calls.modems[1].state == "command"
+
+
+def test_both_ends_calling_at_once_end_in_one_call():
+    calls = Calls(retry=2.0)
+    calls.run(1.0)
+    for line in calls.lines:
+        line.call(calls.now)  # BB's ATD meets its modem ringing already: it fails, and BB answers instead
+    calls.run(6.0)
+    assert calls.lines[0].connected and calls.lines[1].connected
+    answered = sum(line.call_counters["calls_answered"] for line in calls.lines)
+    assert answered == 1 and calls.modems[0].counters["answered"] + calls.modems[1].counters["answered"] == 1
+
+
+def test_a_lost_carrier_ends_the_call_and_a_line_always_up_calls_again_after_the_retry():
+    calls = Calls(always=True, retry=3.0, carrier_wait=2.0)
+    calls.modems[1].faults.drop_after = 3.0
+    calls.run(3.0)  # always: both call at start; BB's call fails on its ringing modem, and BB answers AA's
+    assert calls.lines[0].connected
+    calls.modems[1].faults.drop_after = None
+    calls.run(15.0)  # the carrier goes 3 s into the call: NO CARRIER at both, the call ends, and is made again
+    assert any(e.kind == "hangup" for e in calls.kinds(0, CallTraced))
+    assert calls.lines[0].connected and calls.lines[1].connected
+    assert len(calls.kinds(0, LineUp)) == 2
+
+
+def test_the_retry_doubles_up_to_its_most():
+    calls = Calls(retry=1.0, retry_max=4.0)
+    calls.modems[1].faults.busy = True
+    calls.lines[0].call(0.0)
+    calls.run(40.0)
+    tries = [e for e in calls.kinds(0, CallTraced) if e.kind == "dial"]
+    assert 6 <= len(tries) <= 14 and calls.lines[0].retry_wait == 4.0  # 1, 2, 4, 4, ... each up to 1.5 times
+    assert calls.lines[0].status(calls.now)["last_call"].startswith("BUSY")
