@@ -407,8 +407,7 @@ class Lines:
         lcb.hold_until = lcb.last_arrival = None  # what was received goes to the next pass
         if lcb.routed:
             lcb.routed = False
-            if not lcb.cfg.is_call:  # a line that is a call stays a route between calls (docs/CALLS.md)
-                fx.change(*self.routes.line_down(lcb.peer, now))
+            fx.change(*self.routes.line_down(lcb.peer, now))  # (a line that is a call stays a route: routing)
         if lcb.state is LineState.UP:
             fx.trace("line", "down", lcb.peer, lcb.cfg.protocol, reason=reason)
             log.warning("%s: line to %s down: %s", self.host, lcb.peer, reason)

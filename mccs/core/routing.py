@@ -18,6 +18,10 @@ Which route wins, for a destination D:
 5. a default route `[[route]] to = "*"`;
 6. none: the messages wait on SEND_LIST until a route appears.
 
+A neighbour on a line that is a call (docs/CALLS.md) is a route while no call is up: its line is
+taken as up, and what it said in the last call stands until the next one; each route through it
+costs CALL_COST more, so that a path of leased lines is preferred where there is one.
+
 Pure: the changes to remember (learned hosts survive a restart) come back as data.
 """
 from __future__ import annotations
@@ -29,6 +33,7 @@ from checkpoint import changes as ch
 from checkpoint.changes import Change
 
 INFINITY = 16  # a distance this large is no route: the hop limit's default too
+CALL_COST = 2  # added to a route through a neighbour on a line that is a call
 DEFAULT = "*"
 
 
@@ -42,7 +47,7 @@ class Route:
 
 class RoutingTable:
     def __init__(self, host: str, neighbours: list[str], static: dict[str, str], learn: bool,
-                 known: Iterable[str] = (), direct_only: Iterable[str] = frozenset()):
+                 known: Iterable[str] = (), direct_only: Iterable[str] = frozenset(), calls: Iterable[str] = ()):
         self.host = host
         self.neighbours = set(neighbours)
         self.direct_only = set(direct_only)  # neighbours on lines that do not route
@@ -50,7 +55,8 @@ class RoutingTable:
         self.learn = learn
         self.known: set[str] = set(known) | self.neighbours | {d for d in static if d != DEFAULT}
         self.known.discard(host)
-        self.up: set[str] = set()  # neighbours whose line is UP and negotiated routing
+        self.calls = set(calls)  # neighbours on lines that are calls: routes between calls too
+        self.up: set[str] = set(self.calls)  # neighbours whose line is UP and negotiated routing (or is a call)
         self.heard: dict[str, dict[str, int]] = {}  # neighbour -> what it last said, destination -> distance
         self.best: dict[str, Route] = {}
         self.changed: list[Route] = []  # routes that changed since the caller last took them
@@ -70,6 +76,8 @@ class RoutingTable:
         return self._recompute(now)
 
     def line_down(self, peer: str, now: float) -> list[Change]:
+        if peer in self.calls:  # between calls it stays a route, as its peer last said
+            return []
         self.up.discard(peer)
         self.heard.pop(peer, None)
         return self._recompute(now)
@@ -120,6 +128,7 @@ class RoutingTable:
             candidates = []
             for peer in self.up:
                 dist = 1 if peer == dest else self.heard.get(peer, {}).get(dest, INFINITY) + 1
+                dist += CALL_COST if peer in self.calls else 0
                 if dist < INFINITY:
                     keep = current is not None and current.via == peer
                     candidates.append((dist, not keep, peer))
@@ -127,7 +136,8 @@ class RoutingTable:
                 dist, _, peer = min(candidates)
                 return Route(dest, peer, dist, "neighbour" if peer == dest else "learned")
         if dest in self.neighbours:
-            return Route(dest, dest, 1 if dest in self.up else INFINITY, "neighbour")
+            return Route(dest, dest, (1 + CALL_COST * (dest in self.calls)) if dest in self.up else INFINITY,
+                         "neighbour")
         if DEFAULT in self.static:
             return Route(dest, self.static[DEFAULT], INFINITY, "default")
         return Route(dest, None, INFINITY, "none")

@@ -102,3 +102,34 @@ def test_a_busy_callee_makes_the_caller_try_again_later(pair):
         got = r.recv(timeout=60)  # the next try (3 s, then 6 s, and a random part) gets through
         assert got is not None and got.data == b"waits for a free line"
     assert _call(d["AA"], "BB")["counters"]["calls_failed"] >= 1
+
+
+def test_a_host_on_a_leased_line_reaches_a_host_beyond_a_demand_line(tmp_path):
+    """CC -(leased)- AA -(demand call)- BB: CC's message for BB makes AA call BB, and BB's answer
+    comes back on that call; the route through the idle call line is there from the start."""
+    leased = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+    with Lines(str(tmp_path / "dev"), ["CC-AA"], baud=BAUD) as vl, \
+            Lines(str(tmp_path / "tel"), ["AA-BB"], baud=BAUD, modems=True) as tel:
+        d = {"CC": DaemonProcess(write_config(tmp_path, "CC", [{"peer": "AA", "port": vl.port("CC", "AA"), **leased}])),
+             "AA": DaemonProcess(write_config(tmp_path, "AA", [{"peer": "CC", "port": vl.port("AA", "CC"), **leased},
+                                                               _line(tel, "AA", "BB")])),
+             "BB": DaemonProcess(write_config(tmp_path, "BB", [_line(tel, "BB", "AA")]))}
+        for daemon in d.values():
+            daemon.start()
+        try:
+            def cc_knows_bb() -> bool:
+                with mccs.connect(d["CC"].config, "Q") as q:
+                    return any(r["to"] == "BB" and r["via"] == "AA" and r["distance"] for r in q.status()["routes"])
+            _until(cc_knows_bb, 30, "CC never learned a route to BB through AA")
+            assert tel.lines["AA-BB"].modems[0].counters["calls"] == 0  # learned without a call
+            with mccs.connect(d["CC"].config, "S") as s, mccs.connect(d["BB"].config, "R") as r:
+                s.send("BBR", b"two lines, one of them a call")
+                got = r.recv(timeout=60)
+                assert got is not None and got.data == b"two lines, one of them a call"
+                r.send("CCS", b"back the same way")
+                back = s.recv(timeout=60)
+                assert back is not None and back.data == b"back the same way"
+            assert _call(d["AA"], "BB")["counters"]["calls"] >= 1
+        finally:
+            for daemon in d.values():
+                daemon.stop()

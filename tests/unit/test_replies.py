@@ -12,9 +12,9 @@ from checkpoint.changes import Stored
 from mccs.client.ipc import frame
 from mccs.core import replies
 from mccs.core.effects import Effects, Reply
-from mccs.core.replies import (NOTHING, Accepted, AcceptedMany, Alive, AtHost, Cancelled, CodecSwitched, Confirmed,
-                               Failed, Message, NoAnswer, Observing, PingAnswer, QueueEntry, QueueList, QueuePurge,
-                               Received, Refused, StatusReport, Welcome)
+from mccs.core.replies import (NOTHING, Accepted, AcceptedMany, Alive, AtHost, CallAnswer, Cancelled, CodecSwitched,
+                               Confirmed, Failed, Message, NoAnswer, Observing, PingAnswer, QueueEntry, QueueList,
+                               QueuePurge, Received, Refused, StatusReport, Welcome)
 from mccs.core.requests import CODECS, Code, RequestError
 
 pytestmark = pytest.mark.timeout(30)
@@ -65,6 +65,8 @@ PINNED = [
     (NoAnswer("BB"), '{"ok":true,"host":"BB","answer":null}'),
     (StatusReport({"host": "AA", "lists": {"wait": 0}}), '{"ok":true,"status":{"host":"AA","lists":{"wait":0}}}'),
     (CodecSwitched("msgpack"), '{"ok":true,"codec":"msgpack"}'),
+    (CallAnswer("BB", {"call": "dialling", "call_since": 0.0}),
+     '{"ok":true,"peer":"BB","call":"dialling","call_since":0.0}'),
     (AtHost("AA", QueueList(({"id": "AA/1"},), 2)), '{"host":"AA","ok":true,"entries":[{"id":"AA/1"}],"more":2}'),
     (AtHost("AA", QueueEntry({"id": "AA/1"})), '{"host":"AA","ok":true,"entry":{"id":"AA/1"}}'),
     (AtHost("AA", QueueEntry({"id": "AA/1"}, "")), '{"host":"AA","ok":true,"entry":{"id":"AA/1"},"note":""}'),
