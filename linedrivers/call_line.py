@@ -9,7 +9,8 @@ when nothing was carried for `idle_hangup` seconds, the call is hung up. A faile
 again after `retry` seconds, doubling up to `retry_max`, with a random part so that two ends that
 call each other at once (each finds the other BUSY) do not meet again.
 
-The call's end is noticed three ways: the protocol's silence rule (the peer's frames stop), a
+A call that ends after the protocol signed on is made again as soon as messages wait; one that
+ended before is a failed call. The call's end is noticed three ways: the protocol's silence rule (the peer's frames stop), a
 NO CARRIER line from the modem after which no good frame comes for `carrier_wait` seconds (a
 message's own text may say NO CARRIER), and the port's DCD where the shell has it
 (`carrier_lost`).
@@ -50,7 +51,7 @@ class CallLine:
     a call up (else call only when asked); `answer`: answer incoming calls."""
 
     def __init__(self, inner: Any, dialer: Dialer, *, always: bool, answer: bool, idle_hangup: float = 60.0,
-                 retry: float = 30.0, retry_max: float = 3600.0, carrier_wait: float = 5.0,
+                 retry: float = 30.0, retry_max: float = 3600.0, carrier_wait: float = 2.0,
                  random_bytes: Callable[[int], bytes] | None = None):
         self.inner, self.dialer = inner, dialer
         self.always, self.answer, self.idle_hangup = always, answer, idle_hangup
@@ -66,7 +67,9 @@ class CallLine:
         self.unacked = 0
         self.call_bytes = 0
         self.carrier_gone_at: float | None = None
-        self.inner_up = False  # the protocol signed on over the call
+        self._hangup: CallTraced | None = None  # the call being hung up, for its event once on hook
+        self.inner_up = False  # the protocol is signed on over the call
+        self.signed_on = False  # ... and was, in this call: once it ends, the next may be made at once
         self.call_counters = dict.fromkeys(("calls", "calls_answered", "calls_failed", "hangups"), 0)
         self._events: list[Event | CallTraced] = []
         self._now = 0.0
@@ -139,7 +142,7 @@ class CallLine:
         """Connected: the protocol signs off (its O frame goes first), then the modem hangs up."""
         self.inner.stop(now)  # (nothing if it is down already)
         self.call_counters["hangups"] += 1
-        self._events.append(CallTraced("hangup", why, round(now - self.since, 3), self.call_bytes))
+        self._hangup = CallTraced("hangup", why, round(now - self.since, 3), self.call_bytes)  # told once on hook
         self.last_result = f"hung up: {why}"
         self.dialer.hang_up(now, escape=why != "NO CARRIER")
         self._set(CallState.HANGING_UP, now)
@@ -191,7 +194,7 @@ class CallLine:
             elif isinstance(ev, FrameTraced) and ev.dir == "rx" and ev.ok:
                 self.carrier_gone_at = None  # a good frame: the call is there
             elif isinstance(ev, LineUp):
-                self.last_activity, self.inner_up = self._now, True
+                self.last_activity, self.inner_up, self.signed_on = self._now, True, True
             elif isinstance(ev, LineDown):
                 self.unacked, self.inner_up = 0, False
                 if self.state is CallState.CONNECTED:
@@ -242,12 +245,17 @@ class CallLine:
                 self._connected(ev, now)
             elif isinstance(ev, Failed):
                 self._failed(ev, now)
-            elif isinstance(ev, HungUp):
+            elif isinstance(ev, HungUp):  # (the event makes the owner look again at what waits: a call)
+                self._events.append(self._hangup or CallTraced("hangup", ev.detail))
+                self._hangup = None
                 self._set(CallState.IDLE, now)
                 if self.answer or self.always:
                     self.dialer.start(now)  # set up again, for the next RING
-                if self.wanted or self.always:
-                    self._wait(now)
+                if (self.wanted or self.always) and not self.signed_on:
+                    self._wait(now)  # a call in which the protocol never signed on counts as failed
+                elif self.always:
+                    self._dial(now)
+                self.signed_on = False
 
     def _connected(self, ev: Connected, now: float) -> None:
         self._set(CallState.CONNECTED, now)

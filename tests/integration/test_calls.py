@@ -2,6 +2,7 @@
 line (mccs.testbed.hayes_modem), each end able to call the other and to answer."""
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -16,9 +17,9 @@ pytestmark = pytest.mark.timeout(180)
 BAUD = 19200
 
 
-def _line(vl: Lines, host: str, peer: str, **keys) -> dict:
+def _line(vl: Lines, host: str, peer: str, baud: int = BAUD, **keys) -> dict:
     """host's line to peer: it dials peer's modem when messages wait, and answers peer's calls."""
-    return {"peer": peer, "port": vl.port(host, peer), "protocol": "async", "baud": BAUD, **timers(BAUD),
+    return {"peer": peer, "port": vl.port(host, peer), "protocol": "async", "baud": baud, **timers(baud),
             "call": "demand", "dial": vl.number(peer, host), "answer": True, **keys}
 
 
@@ -130,6 +131,34 @@ def test_a_host_on_a_leased_line_reaches_a_host_beyond_a_demand_line(tmp_path):
                 back = s.recv(timeout=60)
                 assert back is not None and back.data == b"back the same way"
             assert _call(d["AA"], "BB")["counters"]["calls"] >= 1
+        finally:
+            for daemon in d.values():
+                daemon.stop()
+
+
+@pytest.mark.parametrize("size, drop", [pytest.param(1 << 20, 2.0, id="1MiB"),
+                                        pytest.param(4 << 20, 8.0, id="4MiB", marks=pytest.mark.slow)])
+def test_a_large_message_goes_on_across_calls_whose_carrier_is_lost(tmp_path, size, drop):
+    """Every call loses its carrier `drop` seconds in: the message goes on where the last call left
+    it, on the next call the waiting message makes, and arrives once, byte for byte."""
+    baud = 2_000_000  # paced: 200,000 bytes/s
+    data = random.Random(5).randbytes(size)
+    with Lines(str(tmp_path / "tel"), ["AA-BB"], baud=baud, modems=True) as tel:
+        tel.lines["AA-BB"].modems[1].faults.drop_after = drop
+        d = {h: DaemonProcess(write_config(tmp_path, h, [_line(tel, h, p, baud=baud)], max_message=16 << 20))
+             for h, p in (("AA", "BB"), ("BB", "AA"))}
+        for daemon in d.values():
+            daemon.start()
+        try:
+            with mccs.connect(d["AA"].config, "S") as s, mccs.connect(d["BB"].config, "R") as r:
+                s.send("BBR", data)
+                got = r.recv(timeout=240)
+                assert got is not None and got.data == data
+                assert r.recv(timeout=2) is None  # once
+            calls = _call(d["AA"], "BB")["counters"]
+            assert calls["calls"] >= 2 and tel.lines["AA-BB"].modems[1].counters["carrier_lost"] >= 1, calls
+            carried = tel.lines["AA-BB"].counters["a>b"]["bytes_out"]
+            assert carried < 1.5 * size  # resumed, not sent again from its start on each call
         finally:
             for daemon in d.values():
                 daemon.stop()

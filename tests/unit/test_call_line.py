@@ -92,7 +92,7 @@ def test_both_ends_calling_at_once_end_in_one_call():
     assert answered == 1 and calls.modems[0].counters["answered"] + calls.modems[1].counters["answered"] == 1
 
 
-def test_a_lost_carrier_ends_the_call_and_a_line_always_up_calls_again_after_the_retry():
+def test_a_lost_carrier_ends_the_call_and_a_line_always_up_calls_again():
     calls = Calls(always=True, retry=3.0, carrier_wait=2.0)
     calls.modems[1].faults.drop_after = 3.0
     calls.run(3.0)  # always: both call at start; BB's call fails on its ringing modem, and BB answers AA's

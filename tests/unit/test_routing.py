@@ -427,3 +427,19 @@ def test_a_void_that_cannot_reach_its_destination_within_a_further_ttl_is_told_w
     net.channel("BB", "CC").reconnect()
     assert net.run(lambda: all(len(h.kernel.lists.send) == 0 for h in net.hosts.values()), duration=60)
     assert net["CC"].kernel.counters["voids"] == 1 and src.recv(timeout=10)["msg"] is None  # told once
+
+
+def test_a_neighbour_on_a_line_that_is_a_call_is_a_route_between_calls_at_a_cost():
+    """AA has a leased line to CC and a call line to BB; both reach DD. Before any call BB itself is
+    reachable (at 1 + CALL_COST); after a call BB's word stands while the line is down between calls,
+    and the leased path to DD is preferred while it is as short."""
+    from mccs.core.routing import CALL_COST
+    rt = RoutingTable("AA", ["BB", "CC"], {}, True, calls=["BB"])
+    assert rt.next_hop("BB") == "BB" and rt.vector_for("CC")["BB"] == 1 + CALL_COST
+    rt.line_up("BB", 1.0)
+    rt.advert("BB", {"BB": 0, "DD": 1}, 1.0)
+    rt.line_down("BB", 2.0)  # the call ended
+    assert rt.next_hop("DD") == "BB" and rt.vector_for("CC")["DD"] == 2 + CALL_COST
+    rt.line_up("CC", 3.0)
+    rt.advert("CC", {"CC": 0, "DD": 1}, 3.0)
+    assert rt.next_hop("DD") == "CC"  # 2 by the leased line against 2 + CALL_COST by the call
