@@ -10,10 +10,10 @@ again after `retry` seconds, doubling up to `retry_max`, with a random part so t
 call each other at once (each finds the other BUSY) do not meet again.
 
 A call that ends after the protocol signed on is made again as soon as messages wait; one that
-ended before is a failed call. The call's end is noticed three ways: the protocol's silence rule (the peer's frames stop), a
-NO CARRIER line from the modem after which no good frame comes for `carrier_wait` seconds (a
-message's own text may say NO CARRIER), and the port's DCD where the shell has it
-(`carrier_lost`).
+ended before is a failed call. The call's end is noticed three ways: the protocol's silence rule
+(the peer's frames stop), a NO CARRIER line from the modem after which no good frame comes for
+`carrier_wait` seconds (a message's own text may say NO CARRIER), and the port's DCD where the
+shell has it (`carrier_lost`).
 """
 from __future__ import annotations
 
