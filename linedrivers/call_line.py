@@ -10,10 +10,9 @@ again after `retry` seconds, doubling up to `retry_max`, with a random part so t
 call each other at once (each finds the other BUSY) do not meet again.
 
 A call that ends after the protocol signed on is made again as soon as messages wait; one that
-ended before is a failed call. The call's end is noticed three ways: the protocol's silence rule
-(the peer's frames stop), a NO CARRIER line from the modem after which no good frame comes for
-`carrier_wait` seconds (a message's own text may say NO CARRIER), and the port's DCD where the
-shell has it (`carrier_lost`).
+ended before is a failed call. The call's end is noticed two ways: the protocol's silence rule
+(the peer's frames stop), and a NO CARRIER line from the modem after which no good frame comes for
+`carrier_wait` seconds (a message's own text may say NO CARRIER). The port's DCD is not read.
 """
 from __future__ import annotations
 
@@ -121,11 +120,6 @@ class CallLine:
         elif self.state is CallState.WAITING:
             self.retry_at = None
             self._set(CallState.IDLE, now)
-
-    def carrier_lost(self, now: float) -> None:
-        """The port's DCD dropped (the shell, where the port has it)."""
-        if self.state is CallState.CONNECTED:
-            self._end(now, "carrier lost (DCD)")
 
     def _dial(self, now: float) -> None:
         if not self.dialer.number:
