@@ -68,6 +68,7 @@ class CallLine:
         self.carrier_gone_at: float | None = None
         self._hangup: CallTraced | None = None  # the call being hung up, for its event once on hook
         self.inner_up = False  # the protocol is signed on over the call
+        self.keep_up = False  # the owner wants the call kept up for now, idle or not (a schedule's window)
         self.signed_on = False  # ... and was, in this call: once it ends, the next may be made at once
         self.call_counters = dict.fromkeys(("calls", "calls_answered", "calls_failed", "hangups"), 0)
         self._events: list[Event | CallTraced] = []
@@ -226,7 +227,7 @@ class CallLine:
 
     def _idle_possible(self) -> bool:
         """Hang up for want of traffic: not a line always up, and nothing waits for an answer."""
-        return not self.always and self.unacked <= 0 and self.inner_up
+        return not (self.always or self.keep_up) and self.unacked <= 0 and self.inner_up
 
     def _dialer_events(self, now: float) -> None:
         for ev in self.dialer.events():

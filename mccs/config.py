@@ -19,6 +19,8 @@ from linedrivers.ids import IdError, check_host_id, process_id, process_name
 from linedrivers.wire import char_time
 
 from mccs.core import envelope, segments
+from mccs.core.schedule import ScheduleError
+from mccs.core.schedule import parse as parse_window
 
 
 class ConfigError(ValueError):
@@ -72,6 +74,9 @@ class LineConfig:
     chat: list = field(default_factory=list)  # expect, send, expect, send ...; "login:~10": wait 10 s for it
     idle_hangup: float = 60.0
     call_retry: float = 30.0  # after a failed call, doubling up to an hour
+    schedule: list = field(default_factory=list)  # call = "schedule": the windows it calls in ("Mo-Fr 22:00-06:00")
+    schedule_mode: str = "demand"  # in a window: call on demand, or stay "connected"
+    urgent_priority: int = 7  # a message of this priority or more calls outside the windows too
 
     @property
     def is_call(self) -> bool:
@@ -108,12 +113,21 @@ class LineConfig:
 
 
     def _check_call(self) -> None:
-        if self.call == "schedule":
-            raise ConfigError('call = "schedule" is not built yet (docs/LIMITS.md): use "demand" or "always"')
-        _choice("call", self.call, ("always", "demand"))
-        if self.call == "demand" and not self.is_call:
-            raise ConfigError(f'line to {self.peer}: call = "demand" needs dial (this end calls) or answer = true '
-                              "(it answers the peer's calls)")
+        _choice("call", self.call, ("always", "demand", "schedule"))
+        if self.call != "always" and not self.is_call:
+            raise ConfigError(f'line to {self.peer}: call = "{self.call}" needs dial (this end calls) or answer = '
+                              "true (it answers the peer's calls)")
+        if (self.call == "schedule") != bool(self.schedule):
+            raise ConfigError(f"line to {self.peer}: " + ('call = "schedule" needs schedule, its windows (e.g. '
+                                                          '["Mo-Fr 22:00-06:00", "Sa-Su"])' if self.schedule == []
+                                                          else 'schedule is for call = "schedule"'))
+        for window in self.schedule:
+            try:
+                parse_window(window)
+            except ScheduleError as e:
+                raise ConfigError(f"line to {self.peer}: {e}") from None
+        _choice("schedule_mode", self.schedule_mode, ("demand", "connected"))
+        _range("urgent_priority", self.urgent_priority, 0, envelope.PRIORITY_MAX + 1)
         if not DIAL.fullmatch(self.dial):
             raise ConfigError(f"line to {self.peer}: dial = {self.dial!r}: digits, and , * # T P W only")
         for command in self.modem_init:

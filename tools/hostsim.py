@@ -31,6 +31,7 @@ from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
 from mccs.core.sessions import Creds
 
+from mccs.testbed.hayes_modem import HayesModem
 from mccs.testbed.linesim import Channel
 
 WALL0 = 1_800_000_000.0  # the simulated wall clock at time 0: January 2027
@@ -79,7 +80,8 @@ class SimHost:
 
     # -- the simulated shell (mccs.daemon.driver.Shell) ------------------------------------------------------
     def emit_trace(self, ev: TraceEvent) -> None:
-        self.traces.append(ev)
+        """Kept, stamped as the daemon's writer stamps it: with the pass's wall time unless it has one."""
+        self.traces.append(ev if ev.at is not None else ev._replace(at=WALL0 + self.net.now))
 
     def flush_traces(self) -> None:
         pass  # kept in memory: nothing to flush
@@ -196,8 +198,13 @@ def _b64(data: bytes) -> str:
 
 class SimNet:
     def __init__(self, directory: str | Path, hosts: dict[str, list[LineConfig]], *, seed: int = 0,
-                 processes: dict[str, list[ProcessConfig]] | None = None, **host_keys):
+                 processes: dict[str, list[ProcessConfig]] | None = None, modems: bool = False,
+                 max_step: float = 0.1, **host_keys):
+        """`modems`: an emulated Hayes modem at each end of every line (mccs.testbed.hayes_modem; the
+        ends of the i-th line, hosts sorted, are 5iii1 and 5iii2: `number`). `max_step`: the most the
+        clock moves in one step when nothing is due sooner."""
         self.now = 0.0
+        self.max_step = max_step
         self.seed = seed
         self._deadlines: list[float | None] = []
         self.dir = Path(directory)
@@ -211,6 +218,12 @@ class SimNet:
             self.hosts[hid] = SimHost(self, cfg)
             for lc in lines:
                 self.channels.setdefault(_pair(hid, lc.peer), Channel(seed=seed))
+        self.modems: dict[tuple[str, str], tuple[HayesModem, HayesModem]] = {}
+        self._to_dte: list[tuple[str, str, bytes]] = []  # what the modems said, for the next step
+        for i, (a, b) in enumerate(sorted(self.channels) if modems else []):
+            ends = HayesModem(f"5{i:03d}1", 9600), HayesModem(f"5{i:03d}2", 9600)
+            ends[0].other, ends[1].other = ends[1], ends[0]
+            self.modems[a, b] = ends
         for host in self.hosts.values():
             host.open_ports()
 
@@ -223,20 +236,51 @@ class SimNet:
     def channel(self, a: str, b: str) -> Channel:
         return self.channels[_pair(a, b)]
 
+    def number(self, host: str, peer: str) -> str:
+        """The number of host's modem on its line to peer (modems=True)."""
+        return self.modems[_pair(host, peer)][host > peer].number
+
     def write(self, src: str, dst: str, data: bytes) -> None:
         ch = self.channel(src, dst)
+        if self.modems:
+            data = self._modem(src, dst).from_dte(data, self.now)
+            self._said()
         if dst in self.hosts:
             ch.outof("a" if src < dst else "b").write(data, self.now)
+
+    def _modem(self, host: str, peer: str) -> HayesModem:
+        return self.modems[_pair(host, peer)][host > peer]
+
+    def _said(self) -> None:
+        """What the modems say to their hosts, for the next step."""
+        for (a, b), ends in self.modems.items():
+            for modem, hid, peer in ((ends[0], a, b), (ends[1], b, a)):
+                said = modem.to_dte()
+                if said:
+                    self._to_dte.append((hid, peer, said))
 
     def step(self) -> None:
         """Move the clock to the next deadline or arrival (at most 0.1 s on), deliver what has
         arrived, and run a pass on every host."""
         arrivals = [ch.towards(s).next_arrival() for ch in self.channels.values() for s in "ab"]
-        pending = [t for t in [*self._deadlines, *arrivals] if t is not None]
-        self.now = min(max(min(pending, default=self.now + 0.1), self.now + 1e-4), self.now + 0.1)
+        modems = [m.next_deadline() for ends in self.modems.values() for m in ends]
+        pending = [t for t in [*self._deadlines, *arrivals, *modems] if t is not None]
+        if self._to_dte:
+            pending.append(self.now)
+        step = self.max_step
+        self.now = min(max(min(pending, default=self.now + step), self.now + 1e-4), self.now + step)
+        for ends in self.modems.values():
+            for modem in ends:
+                modem.tick(self.now)
+        self._said()
+        said, self._to_dte = self._to_dte, []
+        for hid, peer, data in said:
+            self.hosts[hid].kernel.line_data(peer, data, self.now)
         for (a, b), ch in self.channels.items():
             for side, hid, peer in (("a", a, b), ("b", b, a)):
                 data = ch.towards(side).take(self.now)
+                if data and self.modems:
+                    data = self._modem(hid, peer).from_wire(data)
                 if data and hid in self.hosts:
                     self.hosts[hid].kernel.line_data(peer, data, self.now)
         self._deadlines = [h.run_pass().deadline for h in self.hosts.values()]

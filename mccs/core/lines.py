@@ -22,6 +22,7 @@ import collections
 import dataclasses
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Callable, Iterator, TypeGuard
 
@@ -44,6 +45,7 @@ from mccs.core.receiver import Arrival, MessageReceiver
 from mccs.core.replies import CallAnswer
 from mccs.core.requests import Code, LineRequest, RequestError
 from mccs.core.routing import INFINITY, encode_vector
+from mccs.core.schedule import Schedule
 from mccs.core.segments import FORGET, Forget, Forgets
 from mccs.core.host import HostState
 
@@ -143,6 +145,8 @@ class LineControlBlock:
     next_hand: float | None = None  # the Message-Sender waits for the wire: run a pass then
     counters: collections.Counter = field(default_factory=collections.Counter)
     retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
+    schedule: Schedule | None = None  # call = "schedule": when it may call (docs/CALLS.md)
+    call_window: str = ""  # the schedule's window at the last pass: "open", or "closed until <local time>"
 
     @property
     def window(self) -> int:
@@ -164,7 +168,8 @@ class LineControlBlock:
                 "counters": {**self.machine.counters, **self.counters},
                 "held": f"{self.held.name}, {self.held.size} bytes" if self.held else None,
                 "transfer": self.transfer.status() if self.transfer else None,
-                **(self.machine.status(now) if isinstance(self.machine, CallLine) else {})}
+                **(self.machine.status(now) if isinstance(self.machine, CallLine) else {}),
+                **({"window": self.call_window} if self.schedule else {})}
 
 
 @dataclass(eq=False)
@@ -201,7 +206,8 @@ class Lines:
         self.lists, self.ids, self.seqs, self.counters = hs.lists, hs.ids, hs.seqs, hs.counters
         self.pairs, self.routes, self.receiver, self.holds, self.custody = hs.pairs, hs.routes, receiver, holds, custody
         self.keys, self.e2e_mode = hs.keys, e2e.SETTING[hs.cfg.e2e]
-        self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc)) for lc in hs.cfg.lines}
+        self.lcbs = {lc.peer: LineControlBlock(lc, new_machine(lc), schedule=Schedule.of(lc.schedule) if lc.schedule
+                                               else None) for lc in hs.cfg.lines}
         self.forgets = forgets or Forgets()
         # blocks in segments a next host holds the start of (acked_by), and the forget it gets if they do not end there
         self.holding: dict[int, tuple[MSGBLOK, Forget]] = {}
@@ -534,8 +540,8 @@ class Lines:
             if busy != lcb.busy:  # RECV_LIST full (or the disk): "stored, send nothing more for now"
                 lcb.busy = busy
                 lcb.machine.set_busy(busy)
-            if isinstance(lcb.machine, CallLine) and not lcb.machine.connected and self._wanted(lcb, wall):
-                lcb.machine.call(self._now)  # messages wait for the peer: call it (docs/CALLS.md)
+            if isinstance(lcb.machine, CallLine):
+                self._call(lcb, lcb.machine, wall)
             if lcb.state is LineState.UP:
                 if lcb.routed and self.routes.learn:
                     self._advertise(lcb)
@@ -554,10 +560,29 @@ class Lines:
             fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
                      distance=route.dist if route.dist < INFINITY else None)
 
-    def _wanted(self, lcb: LineControlBlock, wall: float) -> bool:
-        """Does a message wait that this line would carry now (not held, not in doubt)?"""
+    def _call(self, lcb: LineControlBlock, machine: CallLine, wall: float) -> None:
+        """A line that is a call: call when a message waits for it; with a schedule, only in its
+        windows (in "connected" mode, all of each window), or for an urgent message (docs/CALLS.md)."""
+        window = True
+        if lcb.schedule is not None:
+            local = datetime.fromtimestamp(wall)
+            window = lcb.schedule.open(local)
+            machine.keep_up = window and lcb.cfg.schedule_mode == "connected"
+            if window:
+                lcb.call_window = "open"
+            elif not lcb.call_window.startswith("closed"):  # (looked for once a window closes)
+                at = lcb.schedule.next_open(local)
+                lcb.call_window = f"closed until {at:%a %H:%M}" if at else "closed"
+        if machine.connected:
+            return
+        if machine.keep_up or self._wanted(lcb, wall, 0 if window else lcb.cfg.urgent_priority):
+            machine.call(self._now)
+
+    def _wanted(self, lcb: LineControlBlock, wall: float, least: int = 0) -> bool:
+        """Does a message of priority `least` or more wait that this line would carry now (not
+        held, not in doubt)?"""
         for priority, dest in self.lists.send.priorities():
-            if self.routes.next_hop(dest) == lcb.peer and any(
+            if priority >= least and self.routes.next_hop(dest) == lcb.peer and any(
                     not (b.held or b.flags & DOUBT or b.parked_until > wall or self.holds(b, wall))
                     for b in self.lists.send.queue(dest, priority)):
                 return True
