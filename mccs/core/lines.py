@@ -147,6 +147,7 @@ class LineControlBlock:
     retransmissions: Recent = field(default_factory=Recent)  # over the last minute, for status
     schedule: Schedule | None = None  # call = "schedule": when it may call (docs/CALLS.md)
     call_window: str = ""  # the schedule's window at the last pass: "open", or "closed until <local time>"
+    window_check: float | None = None  # when a pass looks at the schedule again: the next minute (monotonic)
 
     @property
     def window(self) -> int:
@@ -564,7 +565,8 @@ class Lines:
         """A line that is a call: call when a message waits for it; with a schedule, only in its
         windows (in "connected" mode, all of each window), or for an urgent message (docs/CALLS.md)."""
         window = True
-        if lcb.schedule is not None:
+        if lcb.schedule is not None:  # (windows open and close on the minute: a pass then looks again)
+            lcb.window_check = self._now + 60.0 - wall % 60.0
             local = datetime.fromtimestamp(wall)
             window = lcb.schedule.open(local)
             machine.keep_up = window and lcb.cfg.schedule_mode == "connected"
@@ -837,7 +839,7 @@ class Lines:
 
     def deadline(self) -> float | None:
         times = [t for lcb in self.lcbs.values()
-                 for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until,
+                 for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until, lcb.window_check,
                            *(at for _, at in lcb.give_up.values())) if t is not None]
         return min(times, default=None)
 

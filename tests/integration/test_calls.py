@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -159,6 +160,41 @@ def test_a_large_message_goes_on_across_calls_whose_carrier_is_lost(tmp_path, si
             assert calls["calls"] >= 2 and tel.lines["AA-BB"].modems[1].counters["carrier_lost"] >= 1, calls
             carried = tel.lines["AA-BB"].counters["a>b"]["bytes_out"]
             assert carried < 1.5 * size  # resumed, not sent again from its start on each call
+        finally:
+            for daemon in d.values():
+                daemon.stop()
+
+
+def test_both_ends_calling_at_once_make_one_call_that_carries_both_ways(pair):
+    vl, d = pair
+    modems = vl.lines["AA-BB"].modems
+    with mccs.connect(d["AA"].config, "P") as a, mccs.connect(d["BB"].config, "P") as b:
+        a.send("BBP", b"from AA")
+        b.send("AAP", b"from BB")
+        got_b, got_a = b.recv(timeout=60), a.recv(timeout=60)
+    assert (got_a.data, got_b.data) == (b"from BB", b"from AA")
+    assert modems[0].counters["answered"] + modems[1].counters["answered"] == 1  # one call, both ways
+
+
+@pytest.mark.slow  # waits for the next whole minute of the wall clock: up to three minutes
+@pytest.mark.timeout(360)
+def test_a_scheduled_line_waits_for_its_window_on_the_wall_clock(tmp_path):
+    start = datetime.fromtimestamp(time.time() + 90).replace(second=0, microsecond=0)
+    window = f"{start:%H:%M}-{start + timedelta(minutes=2):%H:%M}"
+    with Lines(str(tmp_path / "tel"), ["AA-BB"], baud=BAUD, modems=True) as tel:
+        d = {"AA": DaemonProcess(write_config(tmp_path, "AA", [_line(tel, "AA", "BB", call="schedule",
+                                                                     schedule=[window])])),
+             "BB": DaemonProcess(write_config(tmp_path, "BB", [_line(tel, "BB", "AA", dial="")]))}
+        for daemon in d.values():
+            daemon.start()
+        try:
+            assert _call(d["AA"], "BB")["window"].startswith("closed until")
+            with mccs.connect(d["AA"].config, "S") as s, mccs.connect(d["BB"].config, "R") as r:
+                s.send("BBR", b"in the window")
+                got = r.recv(timeout=200)
+                assert got is not None and got.data == b"in the window"
+                assert datetime.now() >= start  # not before the window opened
+            assert _call(d["AA"], "BB")["window"] == "open"
         finally:
             for daemon in d.values():
                 daemon.stop()
