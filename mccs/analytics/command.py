@@ -108,6 +108,12 @@ def terminal_table(summary: dict) -> str:
                f"max {duration(lat['max'])}")
     if m.get("refused"):
         out.append(f"refused: {m['refused']}  " + "  ".join(f"{k} {n}" for k, n in m["refused_by_reason"].items()))
+    for c in summary.get("calls", []):  # lines that are calls (docs/CALLS.md)
+        failed = "  ".join(f"{k} {n}" for k, n in c["failed"].items())
+        share = pct(c["data_share"]) if c["data_share"] is not None else "-"
+        out.append(f"calls {c['host']}>{c['line']}: dialled {c['dialled']}  answered {c['answered']}  connected "
+                   f"{c['connected']} for {duration(c['connected_seconds'])}, carrying data {share}"
+                   + (f"  failed: {failed}" if failed else ""))
     r = summary.get("routing")
     if r and (r["forwarded_events"] or m["expired"] or m["notices"]["accepted"] or (r["hops_max"] or 0) > 1):
         hop = r["latency_per_hop"]

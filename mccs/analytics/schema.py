@@ -19,6 +19,7 @@ Routed traffic (issue 11; keys added within version 1, docs/ANALYTICS.md's table
 | `routing.hops_mean`, `routing.hops_max` | mean and largest of those (null without delivered messages) |
 | `routing.latency_per_hop` | `count`, `mean`, `p50`, `p95`, `p99`, `max` of accepted -> first received divided by the lines crossed, per received message that crossed a line |
 | `routing.route_changes` | `line` events of kind `route` (a host's route to a destination changed) |
+| `calls` | per host and line that is a call (docs/CALLS.md), from its `call` events: `host`, `line` (the peer), `dialled`, `answered`, `connected`, `failed` `{"BUSY": n, ...}` by result, `connected_seconds` (of the calls hung up), `data_share` (message frames' bytes both ways over what the line could carry both ways while connected; null without a baud or a finished call); `[]` without calls |
 | `hosts[].forwarded`, `hosts[].expired` | the host's `forwarded` and `expired` events (also in `hosts.csv`, after the old columns) |
 
 `message_problems.csv` (columns `origin, msg_id, accepted, status, path`) lists the lost, pending,

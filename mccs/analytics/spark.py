@@ -105,6 +105,7 @@ def analyze(spark, paths: list[str], since=None, until=None, progress: Progress 
             "messages": messages,
             "hosts": _hosts(counts, hosts_hwm),
             "routing": routing,
+            "calls": _calls(events, in_window, counts, baud) if any(k[0] == "call" for k in counts) else [],
             "time_bin_seconds": width,
         }
         summary["verdict"] = verdict(summary)
@@ -125,6 +126,35 @@ def _refusals(events, in_window) -> dict[str, int]:
     for r in rows:
         out[r["reason"] if r["reason"] in REFUSAL_REASONS else "other"] += r["count"]
     return dict(out)
+
+
+def _calls(events, in_window, counts: dict, bauds: dict) -> list[dict]:
+    """Per host and line that is a call (docs/CALLS.md): calls made and answered, those connected,
+    the failed ones by result, seconds connected, and the share of them the line spent carrying
+    message frames (both ways, at the line's baud). One more scan, of the few call events, made
+    only when the first pass counted some."""
+    from pyspark.sql import functions as F
+    rows = (events.filter(in_window & (F.col("type") == "call"))
+            .groupBy("host", "line", "kind", "result")
+            .agg(F.count(F.lit(1)).alias("n"), F.sum("duration").alias("seconds")).collect())
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        side = out.setdefault((r["host"], r["line"]), {"host": r["host"], "line": r["line"], "dialled": 0,
+                                                      "answered": 0, "connected": 0, "failed": {},
+                                                      "connected_seconds": 0.0})
+        if r["kind"] in ("dial", "answer", "connect"):
+            side[{"dial": "dialled", "answer": "answered", "connect": "connected"}[r["kind"]]] += r["n"]
+        elif r["kind"] == "result":
+            side["failed"][r["result"] or "other"] = side["failed"].get(r["result"] or "other", 0) + r["n"]
+        elif r["kind"] == "hangup":
+            side["connected_seconds"] += r["seconds"] or 0.0
+    for (host, line), side in out.items():
+        data = sum(v["bytes"] for (t, h, ln, _, k), v in counts.items()
+                   if t == "frame" and h == host and ln == line and k in DATA_KINDS)
+        baud, seconds = bauds.get((host, line)), side["connected_seconds"]
+        side["connected_seconds"] = round(seconds, 3)
+        side["data_share"] = round(min(1.0, data / (2 * seconds * baud / 10)), 4) if baud and seconds else None
+    return sorted(out.values(), key=lambda s: (s["line"], s["host"]))
 
 
 def _frames():

@@ -16,7 +16,8 @@ FIELDS = (("v", "long"), ("ts", "double"), ("host", "string"), ("line", "string"
           ("type", "string"), ("dir", "string"), ("kind", "string"), ("seq", "long"), ("origin", "string"),
           ("msg_id", "long"), ("from_id", "string"), ("to_id", "string"), ("user_id", "long"),
           ("bytes", "long"), ("ok", "boolean"), ("retransmit", "boolean"), ("baud", "long"),
-          ("hops", "long"), ("via", "string"), ("reason", "string"), ("notice", "string"), ("frames", "long"))
+          ("hops", "long"), ("via", "string"), ("reason", "string"), ("notice", "string"), ("frames", "long"),
+          ("result", "string"), ("duration", "double"))
 #: FIELDS as a Spark DDL schema string.
 DDL = ", ".join(f"{name} {kind}" for name, kind in FIELDS)
 
@@ -77,7 +78,7 @@ def _checked(df):
     """Mark lines that are not JSON objects of the schema, or lack ts, host or a known type."""
     from pyspark.sql import functions as F
     bad = (F.col("_corrupt_record").isNotNull() | F.col("ts").isNull() | F.col("host").isNull()
-           | ~F.coalesce(F.col("type").isin("frame", "msg", "line"), F.lit(False)))
+           | ~F.coalesce(F.col("type").isin("frame", "msg", "line", "call"), F.lit(False)))
     return df.select(*[n for n, _ in FIELDS], bad.alias("bad"))
 
 

@@ -47,20 +47,37 @@ def _refusals(host_dir) -> int:
     return len(reasons)
 
 
+def _calls(host_dir) -> int:
+    """The call events of a line that is a call (docs/CALLS.md), to peer ZZ, which carried no frame
+    here: two calls dialled (one BUSY), one answered, two connected for 10 and 5 s."""
+    calls = [("dial", {}), ("connect", {"result": "CONNECT 9600"}),
+             ("hangup", {"result": "idle for 60 s", "duration": 10.0, "bytes": 900}),
+             ("dial", {}), ("result", {"result": "BUSY"}), ("answer", {}), ("connect", {"result": "CONNECT 9600"}),
+             ("hangup", {"result": "NO CARRIER", "duration": 5.0, "bytes": 300})]
+    with open(host_dir / f"{host_dir.name}-1700000000-901.jsonl", "w") as f:
+        for i, (kind, fields) in enumerate(calls):
+            f.write(json.dumps({"v": 1, "ts": 1700000020.0 + i, "host": host_dir.name, "line": "ZZ",
+                                "proto": "async", "type": "call", "kind": kind, **fields}) + "\n")
+    return len(calls)
+
+
 @pytest.mark.timeout(240)
 def test_known_answers_with_wrap_and_malformed(spark, tmp_path):
     answers = generate(tmp_path / "traces", hosts=4, messages=1500, id_space=200, malformed=9,
                        lost=4, pending=3, duplicated=2, rotate_events=4000, noise_rate=0.02)
     assert any(f.endswith(".jsonl.gz") for f in answers["files"])
-    refused = _refusals(tmp_path / "traces" / "AB")
+    refused, calls = _refusals(tmp_path / "traces" / "AB"), _calls(tmp_path / "traces" / "AB")
     summary = run_analysis([str(tmp_path / "traces")], out=str(tmp_path / "report"), spark=spark)
     for key in ("directions", "lines", "messages", "hosts"):
         _same(summary[key], answers[key], key)
-    _same(summary["input"], {"events": answers["input"]["events"] + refused,
+    _same(summary["input"], {"events": answers["input"]["events"] + refused + calls,
                              **{k: answers["input"][k] for k in ("malformed", "window")}}, "input")
     assert summary["messages"]["refused"] == refused == 5  # (issue 34) counted apart, by reason
     assert summary["messages"]["refused_by_reason"] == {"bad_tag": 2, "unsigned": 1, "not_accepted": 1, "other": 1}
     assert "refused: 5" in terminal_table(summary)
+    assert summary["calls"] == [{"host": "AB", "line": "ZZ", "dialled": 2, "answered": 1, "connected": 2,
+                                 "failed": {"BUSY": 1}, "connected_seconds": 15.0, "data_share": None}]
+    assert "calls AB>ZZ: dialled 2  answered 1  connected 2" in terminal_table(summary)
     assert summary["messages"]["lost"] == 4 and summary["messages"]["duplicated"] == 2
     on_disk = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert on_disk["schema_version"] == 1 and on_disk["messages"]["lost"] == 4
