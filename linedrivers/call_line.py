@@ -70,7 +70,7 @@ class CallLine:
         self.inner_up = False  # the protocol is signed on over the call
         self.keep_up = False  # the owner wants the call kept up for now, idle or not (a schedule's window)
         self.signed_on = False  # ... and was, in this call: once it ends, the next may be made at once
-        self.call_counters = dict.fromkeys(("calls", "calls_answered", "calls_failed", "hangups"), 0)
+        self.call_counters = dict.fromkeys(("calls", "calls_answered", "calls_failed", "hangups", "modem_bytes"), 0)
         self._events: list[Event | CallTraced] = []
         self._now = 0.0
 
@@ -171,6 +171,7 @@ class CallLine:
             self.inner.receive_data(data, now)
             return
         rest = self.dialer.receive_data(data, now)
+        self.call_counters["modem_bytes"] += len(data) - len(rest)
         self._dialer_events(now)
         if rest and self.state is CallState.CONNECTED:
             self.receive_data(rest, now)
@@ -179,7 +180,9 @@ class CallLine:
         out = self.inner.data_to_send() if self.state in (CallState.CONNECTED, CallState.HANGING_UP) else b""
         if self.state is CallState.CONNECTED:
             self.call_bytes += len(out)
-        return out + self.dialer.data_to_send()
+        command = self.dialer.data_to_send()
+        self.call_counters["modem_bytes"] += len(command)
+        return out + command
 
     def events(self) -> list:
         for ev in self.inner.events():

@@ -24,7 +24,7 @@ COMMANDS = {
     "vserial": ("mccs.testbed.vserial", "virtual null-modem serial lines (pty pairs) with pacing and faults"),
     "loopback": ("mccs.testbed.loopback", "run N daemons over virtual lines, send traffic, check every message"),
     "analyze": ("mccs.analytics.command", "Spark analytics of trace files"),
-    "bench": ("mccs.testbed.bench", "benchmarks: local, line, network, analyze, route, bulk"),
+    "bench": ("mccs.testbed.bench", "benchmarks: local, line, network, analyze, route, bulk, memory, calls"),
     "demo": ("mccs.testbed.demo", "the README's demo: a network of daemons, traffic, a Spark report"),
 }
 

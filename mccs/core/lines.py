@@ -582,10 +582,11 @@ class Lines:
 
     def _wanted(self, lcb: LineControlBlock, wall: float, least: int = 0) -> bool:
         """Does a message of priority `least` or more wait that this line would carry now (not
-        held, not in doubt)?"""
+        held, not in doubt)? Custody's own messages (LOOSE: states, probes) make no call: they go
+        with the next one."""
         for priority, dest in self.lists.send.priorities():
             if priority >= least and self.routes.next_hop(dest) == lcb.peer and any(
-                    not (b.held or b.flags & DOUBT or b.parked_until > wall or self.holds(b, wall))
+                    not (b.held or b.flags & (DOUBT | LOOSE) or b.parked_until > wall or self.holds(b, wall))
                     for b in self.lists.send.queue(dest, priority)):
                 return True
         return False

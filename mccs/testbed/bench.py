@@ -12,6 +12,7 @@ KINDS = {
     "route": "multi-hop goodput, latency per hop and reroute time through daemons over 9600-baud lines",
     "bulk": "one bulk transfer: MCCS async and BSC against ZMODEM and UUCP 'i' over the same paced line",
     "memory": "the daemons' memory while one large message (16 MiB) is carried over a line",
+    "calls": "what a call costs on a demand line over emulated Hayes modems: set-up, bytes, data share",
 }
 
 

@@ -198,3 +198,12 @@ def test_a_scheduled_line_waits_for_its_window_on_the_wall_clock(tmp_path):
         finally:
             for daemon in d.values():
                 daemon.stop()
+
+
+def test_a_tiny_run_of_the_calls_bench_gives_sane_figures(tmp_path):
+    from mccs.testbed.bench_calls import measure
+    out = measure(tmp_path, BAUD, runs=1, burst=10)
+    assert out["calls"] == 2  # one for the timed message (and the one after it), one for the burst
+    assert out["connected_delivery_s"] < out["setup_delivery_s"] < 30
+    assert 40 <= out["modem_bytes_per_call"] <= 200 and 100 <= out["signon_bytes_per_call"] <= 2000
+    assert 0.1 < out["burst_data_share"] <= 1.0
