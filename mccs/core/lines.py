@@ -459,10 +459,13 @@ class Lines:
         """A peer that routed on this line before signed on without routing: on a noisy BSC line its
         announcement was most likely lost (bsc_agree: then both ends sign on as version 1), and
         numbered messages would wait for the next sign-on. Sign off and on again, a few times; a
-        peer that keeps signing on so (an older MCCS put back) is then taken as it is."""
+        peer that keeps signing on so (an older MCCS put back) is then taken as it is. So too a BSC
+        line's first sign-on without routing: two stations that start at once can lose the
+        announcement to their bids' race, and then the peer's epoch too, whose next incarnation's
+        MSG_IDs would be taken for duplicates of what came without a number."""
         if lcb.routed:
             lcb.routed_before, lcb.downgrades = True, 0
-        elif lcb.routed_before and lcb.downgrades < SIGN_ON_AGAIN:
+        elif (lcb.routed_before or lcb.cfg.protocol == "bsc") and lcb.downgrades < SIGN_ON_AGAIN:
             lcb.downgrades += 1
             lcb.counters["signed_on_again"] += 1
             lcb.machine.stop(now)
