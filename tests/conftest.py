@@ -30,6 +30,8 @@ BEFORE_EPOCH = "7f2b271"  # line drivers with the BSC announcement, from before 
 # CPU that fill the gaps. A name here that no longer matches only loses its place in the order.
 LONG_FIRST = (
     "tests/integration/test_custody_restore.py",
+    "tests/integration/test_calls.py",
+    "tests/integration/test_epoch_daemons.py",
     "tests/integration/test_routing_network.py::test_loopback_ring",
     "tests/integration/test_crash_recovery.py",
     "tests/spark/test_analyze_report.py::test_report_of_",      # (a JVM each: not all at the start)

@@ -31,8 +31,9 @@ below):
 A destination restored from a backup keeps its custody streams (checkpoint.store) and holds
 everything of them out of sight until the probe: what it holds that the probe does not keep was
 taken after the backup and is dropped, what the origin keeps and it lacks comes again. A transit
-host restored from a backup lost what it had acknowledged since: the origin's probe after
-PROBE_FIRST seconds without progress finds the gap and sends it again. An origin restored from a
+host restored from a backup lost what it had acknowledged since: the origin probes at once when
+that host was its neighbour (it signs on with a new epoch), else after PROBE_FIRST seconds without
+progress; the answer finds the gap and has it sent again. An origin restored from a
 backup keeps its custody streams under the epoch they had (Pairs.epoch_of), with its copies and
 numbered blocks, and numbers nothing new in them until the destination's answer to its probe says
 how far the lost incarnation got (m): then from JUMP past it.
@@ -150,6 +151,7 @@ class Custody:
         self.fresh: list[MSGBLOK] = []  # kept since the last pass
         self.since: dict[int, float] = {}  # seq -> when it was kept, or this daemon started (wall)
         self.probed: set[Stream] = set()  # streams kept, probed once in this run (so the destination knows)
+        self.via: dict[Stream, str] = {}  # the neighbour that last acknowledged a copy of the stream, in this run
         # syncing streams: (when to ask the origin for a probe again, the wait after it, when to give up)
         self.syncs = {s: (0.0, PROBE_FIRST, -1.0) for s, pair in self.pairs.into.pairs.items() if pair.syncing}
         self.hand: Callable[[Effects, list[MSGBLOK], float], None] = lambda fx, blocks, wall: None  # the receiver's
@@ -165,8 +167,9 @@ class Custody:
         return (kept is not None and blk.origin == self.host and blk.pseq >= kept.first
                 and blk.epoch == self.pairs.epoch_of(blk.dest, blk.priority))
 
-    def keep(self, fx: Effects, blk: MSGBLOK) -> None:
-        """The next host has it (it left SEND_LIST's sight): kept until it is taken there."""
+    def keep(self, fx: Effects, blk: MSGBLOK, via: str) -> None:
+        """The next host (`via`) has it (it left SEND_LIST's sight): kept until it is taken there."""
+        self.via[(blk.dest, blk.priority)] = via
         blk.flags |= CUSTODY
         fx.change(ch.set_flags(Table.SEND_LIST, blk.seq, blk.flags))
         self.restore(blk)
@@ -316,12 +319,16 @@ class Custody:
                 self._drop(fx, stream, n)
                 self.counters["custody_expired"] += 1
 
-    def renewed(self, dest: str) -> None:
+    def renewed(self, peer: str) -> None:
         """A neighbour signed on with a new epoch (restored from a backup, say): its custody
-        streams are probed now rather than numbered again."""
+        streams are probed now rather than numbered again; so are the streams that go through
+        it, whose copies it held are gone with its old incarnation (not on their way: the answer
+        has them sent again at once, not PROBE_FIRST later)."""
         for stream in self.pairs.out.kept:
-            if stream[0] == dest:
+            if peer in (stream[0], self.via.get(stream)):
                 self.probe_at[stream] = (0.0, PROBE_FIRST)
+                for blk in self.copies.get(stream, {}).values():
+                    self.since[blk.seq] = 0.0
 
     # -- the destination --------------------------------------------------------------------------
     def _probe(self, fx: Effects, origin: str, body: dict, wall: float) -> None:

@@ -524,7 +524,7 @@ class Lines:
             fx.change(ch.delete_acked(blk.seq))
         self.lists.send.remove(blk)
         if self.custody.keeps(blk):  # the destination has not taken it yet: its origin keeps a copy
-            self.custody.keep(fx, blk)
+            self.custody.keep(fx, blk, lcb.peer)
         else:
             if blk.origin == self.host:
                 self.ids.release(blk.msg_id)
