@@ -120,6 +120,17 @@ def add_ping_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds an answer may take (default {GRACE:g}); a ping without one is lost")
 
 
+def operator_options() -> argparse.ArgumentParser:
+    """The options of an operator's command on a running daemon (`mccs queue`, `mccs line`), as a
+    parent parser for each of its actions."""
+    options = argparse.ArgumentParser(add_help=False)
+    _common(options, name=False)
+    options.add_argument("--json", action="store_true", help="machine-readable output")
+    options.add_argument("--timeout", type=_seconds, default=GRACE,
+                         help=f"seconds the daemon has to answer (default {GRACE:g}); then exit 3")
+    return options
+
+
 def _fail(code: int, message: str) -> int:
     print(f"mccs: {message}", file=sys.stderr)
     return code

@@ -6,17 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from mccs.cli.client import EXIT_OK, _common, _guard, _seconds, _Usage
+from mccs.cli.client import EXIT_OK, _guard, _Usage, operator_options
 from mccs.cli.queue import _host
-from mccs.client import GRACE, Client
+from mccs.client import Client
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    options = argparse.ArgumentParser(add_help=False)
-    _common(options, name=False)
-    options.add_argument("--json", action="store_true", help="machine-readable output")
-    options.add_argument("--timeout", type=_seconds, default=GRACE,
-                         help=f"seconds the daemon has to answer (default {GRACE:g}); then exit 3")
+    options = operator_options()
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     for action, text in (("call", "call the peer now (the line's dial number), whether messages wait or not; "
                                   "a call that failed is tried again at once"),

@@ -10,8 +10,9 @@ import json
 import re
 import time
 
-from mccs.client import GRACE, Client, DaemonUnreachable
-from mccs.cli.client import EXIT_OK, EXIT_UNREACHABLE, _common, _fail, _guard, _seconds, _Usage, age_text, size_text
+from mccs.client import Client, DaemonUnreachable
+from mccs.cli.client import (EXIT_OK, EXIT_UNREACHABLE, _fail, _guard, _Usage, age_text, operator_options,
+                             size_text)
 from mccs.config import load
 from mccs.core.requests import LIST_MAX, RequestError, check_host, parse_ref
 
@@ -43,11 +44,7 @@ def _host(text: str) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = f"ID: {ID_HELP}."
-    options = argparse.ArgumentParser(add_help=False)
-    _common(options, name=False)
-    options.add_argument("--json", action="store_true", help="machine-readable output")
-    options.add_argument("--timeout", type=_seconds, default=GRACE,
-                         help=f"seconds the daemon has to answer (default {GRACE:g}); then exit 3")
+    options = operator_options()
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = sub.add_parser("list", parents=[options], help="every message on SEND_LIST, RECV_LIST and WAIT_LIST "
                                                              "(read from the checkpoint if the daemon is down)")

@@ -29,6 +29,18 @@ def _call(d: DaemonProcess, peer: str) -> dict:
         return next(line for line in q.status()["lines"] if line["peer"] == peer)
 
 
+def _both_ways(there: DaemonProcess, back: DaemonProcess, to: str, sender: str, text: bytes, answer: bytes,
+               seconds: float = 30) -> None:
+    """`there`'s process S sends `text` to `to` (at `back`), whose R answers `answer` to `sender`."""
+    with mccs.connect(there.config, "S") as s, mccs.connect(back.config, "R") as r:
+        s.send(to, text)
+        got = r.recv(timeout=seconds)
+        assert got is not None and got.data == text
+        r.send(sender, answer)
+        returned = s.recv(timeout=seconds)
+        assert returned is not None and returned.data == answer
+
+
 def _until(check, seconds: float, what: str) -> None:
     end = time.monotonic() + seconds
     while not check():
@@ -56,13 +68,7 @@ def test_a_demand_line_calls_carries_both_ways_and_hangs_up_when_idle(pair):
     vl, d = pair
     time.sleep(1.0)
     assert _call(d["AA"], "BB")["call"] == "idle" and vl.lines["AA-BB"].modems[0].counters["calls"] == 0
-    with mccs.connect(d["AA"].config, "S") as s, mccs.connect(d["BB"].config, "R") as r:
-        s.send("BBR", b"over the first call")
-        got = r.recv(timeout=30)
-        assert got is not None and got.data == b"over the first call"
-        r.send("AAS", b"and back on it")
-        back = s.recv(timeout=30)
-        assert back is not None and back.data == b"and back on it"
+    _both_ways(d["AA"], d["BB"], "BBR", "AAS", b"over the first call", b"and back on it")
     modems = vl.lines["AA-BB"].modems
     assert modems[0].counters["calls"] == 1 and modems[1].counters["calls"] == 0  # one call, AA's, both ways
     _until(lambda: _call(d["AA"], "BB")["call"] == "idle" and _call(d["BB"], "AA")["call"] == "idle", 30,
@@ -124,13 +130,7 @@ def test_a_host_on_a_leased_line_reaches_a_host_beyond_a_demand_line(tmp_path):
                     return any(r["to"] == "BB" and r["via"] == "AA" and r["distance"] for r in q.status()["routes"])
             _until(cc_knows_bb, 30, "CC never learned a route to BB through AA")
             assert tel.lines["AA-BB"].modems[0].counters["calls"] == 0  # learned without a call
-            with mccs.connect(d["CC"].config, "S") as s, mccs.connect(d["BB"].config, "R") as r:
-                s.send("BBR", b"two lines, one of them a call")
-                got = r.recv(timeout=60)
-                assert got is not None and got.data == b"two lines, one of them a call"
-                r.send("CCS", b"back the same way")
-                back = s.recv(timeout=60)
-                assert back is not None and back.data == b"back the same way"
+            _both_ways(d["CC"], d["BB"], "BBR", "CCS", b"two lines, one of them a call", b"back the same way", 60)
             assert _call(d["AA"], "BB")["counters"]["calls"] >= 1
         finally:
             for daemon in d.values():
