@@ -129,7 +129,8 @@ class LineConfig:
         _choice("schedule_mode", self.schedule_mode, ("demand", "connected"))
         _range("urgent_priority", self.urgent_priority, 0, envelope.PRIORITY_MAX + 1)
         if not DIAL.fullmatch(self.dial):
-            raise ConfigError(f"line to {self.peer}: dial = {self.dial!r}: digits, and , * # T P W only")
+            raise ConfigError(f"line to {self.peer}: dial = {self.dial!r}: digits, and , * # T P W - ( ) and "
+                              "blanks only")
         for command in self.modem_init:
             if not command[:2].upper() == "AT" or any(c in command for c in "\r\n"):
                 raise ConfigError(f"line to {self.peer}: modem_init {command!r} is not one AT command")
@@ -147,7 +148,7 @@ class LineConfig:
         return [(expect, send, wait) for (expect, wait), send in zip(waits, self.chat[1::2])]
 
 
-DIAL = re.compile(r"[0-9,*#TPWtpw ]*")
+DIAL = re.compile(r"[0-9,*#TPWtpw ()\-]*")  # (a Hayes modem passes over - ( ) and blanks)
 CHAT_TIMEOUT = 30.0  # seconds a chat step waits for its text, unless it says (login:~10)
 
 
