@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for action, text in (("call", "call the peer now (the line's dial number), whether messages wait or not; "
                                   "a call that failed is tried again at once"),
                          ("hangup", "end the call now (the protocol signs off first); a call being made is "
-                                    "given up, a retry waiting is called off")):
+                                    "given up, a retry waiting is called off (a message that still waits calls "
+                                    "again)")):
         sub.add_parser(action, parents=[options], help=text).add_argument(
             "peer", metavar="HOST", type=_host, help="the host at the other end of the line")
 
