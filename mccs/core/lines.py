@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -584,15 +585,20 @@ class Lines:
             machine.call(self._now)
 
     def _wanted(self, lcb: LineControlBlock, wall: float, least: int = 0) -> bool:
-        """Does a message of priority `least` or more wait that this line would carry now (not
-        held, not in doubt)? Custody's own messages (LOOSE: states, probes) make no call: they go
-        with the next one."""
+        """Does a message of priority `least` or more wait that this line would carry now (as the
+        Message-Sender takes them: not held back, none after one in doubt)? Custody's own messages
+        (LOOSE: states, probes) make no call: they go with the next one."""
         for priority, dest in self.lists.send.priorities():
             if priority >= least and self.routes.next_hop(dest) == lcb.peer and any(
-                    not (b.held or b.flags & (DOUBT | LOOSE) or b.parked_until > wall or self.holds(b, wall))
-                    for b in self.lists.send.queue(dest, priority)):
+                    not (b.flags & LOOSE or self._held_back(b, wall))
+                    for b in itertools.takewhile(lambda b: not b.flags & DOUBT, self.lists.send.queue(dest, priority))):
                 return True
         return False
+
+    def _held_back(self, blk: MSGBLOK, wall: float) -> bool:
+        """Passed over for now, those behind it going: held by the operator, for its name's quota,
+        or a void parked for a routing loop."""
+        return blk.parked_until > wall or blk.held or self.holds(blk, wall)
 
     def _advertise(self, lcb: LineControlBlock) -> None:
         """A triggered update: the distances the peer has not heard yet, in as many messages as it takes."""
@@ -649,7 +655,7 @@ class Lines:
                 return  # may pass it unnumbered (the line signed on as version 1: it waits for a routed one)
             if blk.flags & DOUBT:  # its destination may have it: it, and all after it, wait to know (mccs.core.custody)
                 return
-            if blk.parked_until > wall or blk.held or self.holds(blk, wall):  # one for a name at its quota waits
+            if self._held_back(blk, wall):
                 continue
             if (not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE
                     and self.pairs.out.syncing(dest, priority)):
