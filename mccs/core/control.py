@@ -105,6 +105,11 @@ class Control:
             if isinstance(blk.data, Stored):  # a daemon message is short: a large text is none
                 raise ValueError(f"a text of {blk.data.size} bytes, kept in the checkpoint only")
             body = json.loads(bytes(blk.data))
+            if "notice" in body:  # about a daemon message of ours (one voided on the way, in a protected stream)
+                self.counters["notices_for_daemon"] += 1
+                log.warning("%s: %s says our message %s to %s was %s (%s)", self.host, blk.from_id.rstrip(),
+                            body.get("msg_id"), body.get("to_id"), body["notice"], body.get("reason"))
+                return
             kind = next(k for k in ("ping", "pong", "hold", "release", *custody.KINDS) if k in body)
             name = body[kind]
             if not isinstance(name, str) or len(name) > (8 if kind in custody.KINDS else 4):

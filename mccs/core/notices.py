@@ -57,6 +57,7 @@ REASONS = {
     "discarded": "no process attached at {host} (discard)",
     "late reply": "its request stopped waiting",
     "too large": "the next host after {host} cannot take a message this long (its max_message)",
+    "voided": "a host on its way gave it up without saying why (or forged its void); {host} passed its place",
     "refused": "{host} refused it: its end-to-end protection, or the process's accept_from (see its trace)",
 }
 

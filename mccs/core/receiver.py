@@ -26,7 +26,7 @@ from mccs.core.lists import MSGBLOK
 from mccs.core.custody import seen_as
 from mccs.core.msgids import KeyWindow
 from mccs.core.control import Control
-from mccs.core.notices import DAEMON_ROOM, Notices, fields, is_daemon
+from mccs.core.notices import DAEMON_ROOM, Notices, fields, is_daemon, owed
 from mccs.core.pairs import Verdict
 from mccs.core.host import HostState
 
@@ -293,6 +293,9 @@ class MessageReceiver:
         for blk in blocks:
             if blk.flags & VOID:  # expired on the way: its place is passed, nothing to take
                 self.counters["voids"] += 1
+                if not owed(blk) and self.keys.trusts(blk.origin):  # a void is not protected: in a stream
+                    blk.data = b"voided"  # that is, one that owes nothing may be forged: its origin is told
+                    self.counters["voids_unexplained"] += 1
                 self.notices.settle(fx, blk, wall)  # the message never came: its sender is told
                 fx.change(ch.delete_block(Table.RECV_LIST, blk.seq))
                 self.lists.recv.left[blk.stream] += 1

@@ -135,17 +135,18 @@ def test_what_a_transit_host_alters_or_forges_on_its_disk_is_refused_and_the_str
                           data=b"order 9999", seal=b"")  # a message of BB's own under AA's name
             db.execute(f"INSERT INTO send_list ({', '.join(forged)}) VALUES ({', '.join('?' * len(forged))})",
                        tuple(forged.values()))
+            db.execute("UPDATE send_list SET data = x'', seal = x'', flags = 8 WHERE msg_id = ?", (ids[4],))  # a void
         db.close()
         c.d["BB"].start()
         c.d["CC"].start()
-        got = _recv(c.d["CC"].config, "RECV", 4, timeout=90)
-        assert [m.data for m in got] == [b"order 0", b"order 1", b"order 3", b"order 4"]  # 3 and 4 after the wait
+        got = _recv(c.d["CC"].config, "RECV", 3, timeout=90)
+        assert [m.data for m in got] == [b"order 0", b"order 1", b"order 3"]  # 3 after the wait; 4 was voided
         counters = c.counters("CC")
         assert counters.get("refused_bad_tag") == 1 and counters.get("refused_unsigned") == 1
         with mccs.connect(c.d["AA"].config, "SEND") as s:
-            notice = s.recv(from_id="CCMCCS", timeout=30)
-        body = json.loads(notice.data)
-        assert (body["notice"], body["msg_id"], body["reason"]) == ("undeliverable", ids[2], "refused")
+            told = [json.loads(s.recv(from_id="CCMCCS", timeout=30).data) for _ in range(2)]
+        assert [(b["notice"], b["msg_id"], b["reason"]) for b in told] == [
+            ("undeliverable", ids[2], "refused"), ("undeliverable", ids[4], "voided")]
         with mccs.connect(c.d["CC"].config, "RECV") as r:
             assert r.recv(timeout=2) is None  # nothing altered or forged, ever
 

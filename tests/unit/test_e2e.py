@@ -200,6 +200,25 @@ def test_a_message_altered_at_the_transit_host_is_refused_its_origin_told_and_th
     assert len(refused) == 1 and refused[0].fields["reason"] == "bad_tag"
 
 
+def test_a_void_forged_by_the_transit_host_passes_its_place_and_its_origin_is_told(tmp_path):
+    """A void carries no protection: a transit host may make one of any message it holds. It cannot
+    make that loss silent: in a protected stream a void that owes no notice makes one anyway."""
+    net = _chain(tmp_path)
+    net.channel("BB", "CC").disconnect()
+    src = net.client("AA", "S")
+    ids = [src.send("CCR", b"m%d" % i)["msg_id"] for i in range(3)]
+    assert net.run(lambda: net["BB"].kernel.counters["forwarded"] == 3, duration=30)
+    victim = next(b for b in net["BB"].kernel.lists.send if b.msg_id == ids[1])
+    victim.data, victim.seal, victim.flags = b"", b"", envelope.VOID  # "expired on the way", owing nothing
+    net.channel("BB", "CC").reconnect()
+    dst = net.client("CC", "R")
+    assert [base64.b64decode(m["data"]) for m in _texts(dst, 2)] == [b"m0", b"m2"]
+    notice = src.recv(from_id="CCMCCS", timeout=30)["msg"]
+    body = json.loads(base64.b64decode(notice["data"]))
+    assert (body["notice"], body["msg_id"], body["reason"]) == ("undeliverable", ids[1], "voided")
+    assert net["CC"].kernel.counters["voids_unexplained"] == 1
+
+
 def test_a_forged_message_is_refused_and_the_genuine_one_with_its_numbers_is_still_delivered(tmp_path):
     net = _chain(tmp_path, e2e_gap_wait=30.0)
     net.channel("BB", "CC").disconnect()
