@@ -10,9 +10,12 @@ again after `retry` seconds, doubling up to `retry_max`, with a random part so t
 call each other at once (each finds the other BUSY) do not meet again.
 
 A call that ends after the protocol signed on is made again as soon as messages wait; one that
-ended before is a failed call. The call's end is noticed two ways: the protocol's silence rule
-(the peer's frames stop), and a NO CARRIER line from the modem after which no good frame comes for
-`carrier_wait` seconds (a message's own text may say NO CARRIER). The port's DCD is not read.
+ended before is a failed call. The call's end is noticed three ways: the protocol's silence rule
+(the peer's frames stop); a NO CARRIER line from the modem after which no good frame comes for
+`carrier_wait` seconds (a message's own text may say NO CARRIER); and, on a port with modem
+lines, DCD going low (`carrier()`), at once. On such a port the call is hung up by dropping DTR
+(linedrivers.hayes); the owner says whether the port has them (`modem_lines()`) and sets DTR as
+`dtr_change()` says.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from .events import Event, FrameTraced, LineDown, LineUp, MessageAcked, MessageR
 from .hayes import Connected, Dialer, Failed, HungUp, Phase, Ringing
 
 NO_CARRIER = b"\r\nNO CARRIER\r\n"
+NO_CARRIER_WHY, DCD_WHY = "NO CARRIER", "carrier lost (DCD)"
 
 
 class CallState(StrEnum):
@@ -139,8 +143,22 @@ class CallLine:
         self.call_counters["hangups"] += 1
         self._hangup = CallTraced("hangup", why, round(now - self.since, 3), self.call_bytes)  # told once on hook
         self.last_result = f"hung up: {why}"
-        self.dialer.hang_up(now, escape=why != "NO CARRIER")
+        self.dialer.hang_up(now, escape=why not in (NO_CARRIER_WHY, DCD_WHY))  # (the modem is in command mode)
         self._set(CallState.HANGING_UP, now)
+
+    # -- the port's modem lines ---------------------------------------------------------------------
+    def modem_lines(self, present: bool) -> None:
+        """The port has DTR and DCD (a real serial port; a pty has neither)."""
+        self.dialer.has_dtr = present
+
+    def carrier(self, on: bool, now: float) -> None:
+        """DCD changed: low in a call is the call's end (the modem is back in command mode)."""
+        self._now = now
+        if not on and self.state is CallState.CONNECTED:
+            self._end(now, DCD_WHY)
+
+    def dtr_change(self) -> bool | None:
+        return self.dialer.dtr_change()
 
     # -- the machine's interface ----------------------------------------------------------------------
     def start(self, now: float) -> None:
@@ -219,7 +237,7 @@ class CallLine:
         self._dialer_events(now)
         if self.state is CallState.CONNECTED:
             if self.carrier_gone_at is not None and now >= self.carrier_gone_at + self.carrier_wait:
-                self._end(now, "NO CARRIER")
+                self._end(now, NO_CARRIER_WHY)
             elif self._idle_possible() and now >= self.last_activity + self.idle_hangup:
                 self._end(now, f"idle for {self.idle_hangup:g} s")
             else:

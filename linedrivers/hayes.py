@@ -10,6 +10,7 @@ the protocol's bytes pass only while the call is connected.
     "login:" -> mccs\\r ...              the chat, after CONNECT: expect a text, send a line, each
                                         step within its own timeout
     (guard) +++ (guard) ATH0\\r -> OK    hanging up: the escape to command mode, with its guard times
+    DTR low (dtr_drop s), DTR high       hanging up on a port with modem lines (the modem at &D2)
 
 The modem's answers are verbose (V1) lines; an echo of our own command (a modem still at E1) and
 lines it adds of its own are passed over.
@@ -75,6 +76,7 @@ CallEvent = Connected | Failed | HungUp | Ringing
 RESULT_LINE = re.compile(r"^(CONNECT|BUSY|NO CARRIER|NO ANSWER|NO DIALTONE|ERROR|OK|RING)\b(.*)$")
 AUTO_ANSWER = re.compile(r"S0=0*[1-9]")
 LINE_MAX = 256  # characters of a modem line kept while waiting for its end
+DTR_LOW = -1  # the hang-up step while DTR is held low
 
 
 class Dialer:
@@ -82,12 +84,16 @@ class Dialer:
 
     def __init__(self, init: tuple[str, ...] = ("ATZ", "ATE0V1"), number: str = "",
                  chat: tuple[ChatStep, ...] = (), command_timeout: float = 5.0, connect_timeout: float = 60.0,
-                 guard: float = 1.1):
+                 guard: float = 1.1, dtr_drop: float = 1.0):
         self.init, self.number, self.chat = tuple(init), number, tuple(chat)
         # an init that sets S0 makes the modem answer by itself: a RING is then not answered with ATA
         # (a key pressed while the modem answers would abort the call)
         self.auto_answer = any(AUTO_ANSWER.search(c.upper()) for c in self.init)
         self.command_timeout, self.connect_timeout, self.guard = command_timeout, connect_timeout, guard
+        self.dtr_drop = dtr_drop
+        self.has_dtr = False  # the port has modem lines: hang up by dropping DTR (the owner says so)
+        self.dtr = True  # the level DTR should be at; the owner reads changes with dtr_change()
+        self._dtr_told = True
         self.phase = Phase.IDLE
         self.dial_wanted = False
         self._step = 0  # the next init command, chat step or hang-up step
@@ -113,11 +119,16 @@ class Dialer:
             self._dial(now)
 
     def hang_up(self, now: float, escape: bool = True) -> None:
-        """Back on hook from any phase: the escape (+++, between guard times) and ATH0; without the
-        escape when the modem is in command mode already (it said NO CARRIER)."""
+        """Back on hook from any phase: DTR dropped for dtr_drop seconds where the port can, else the
+        escape (+++, between guard times) and ATH0; without the escape when the modem is in command
+        mode already (it said NO CARRIER)."""
         if self.phase in (Phase.IDLE, Phase.READY, Phase.HANGING_UP):
             return
         self.dial_wanted = False
+        if self.has_dtr:
+            self.dtr, self._out = False, []  # (a command not yet written is no use now)
+            self.phase, self._step, self._deadline = Phase.HANGING_UP, DTR_LOW, now + self.dtr_drop
+            return
         self.phase, self._step, self._deadline = Phase.HANGING_UP, 0 if escape else 1, now + self.guard
 
     def receive_data(self, data: bytes, now: float) -> bytes:
@@ -158,6 +169,13 @@ class Dialer:
     def events(self) -> list[CallEvent]:
         events, self._events = self._events, []
         return events
+
+    def dtr_change(self) -> bool | None:
+        """The level the port's DTR is to be set to, if it changed since last asked (else None)."""
+        if self.dtr == self._dtr_told:
+            return None
+        self._dtr_told = self.dtr
+        return self.dtr
 
     def next_deadline(self) -> float | None:
         return self._deadline
@@ -243,8 +261,12 @@ class Dialer:
         self._chat_step(now)
 
     def _hang_up_step(self, now: float) -> None:
-        """After a guard time of silence: +++; after another: ATH0; then its answer (or a time)."""
-        if self._step == 0:
+        """After a guard time of silence: +++; after another: ATH0; then its answer (or a time).
+        With DTR: once it has been low for dtr_drop, it is raised again and the modem is on hook."""
+        if self._step == DTR_LOW:
+            self.dtr = True
+            self._on_hook(f"DTR dropped for {self.dtr_drop:g} s")
+        elif self._step == 0:
             self._out.append(b"+++")
             self._step, self._deadline = 1, now + self.guard
         elif self._step == 1:  # (a CR first ends whatever the modem took for a command: "+++" in command mode)

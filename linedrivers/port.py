@@ -6,15 +6,19 @@ thread, retrying with exponential back-off, reads without busy-waiting (or, give
 loop, lets the loop read a native port itself and only waits for its loss), writes without
 ever blocking the caller (straight to a native port when nothing waits before the bytes and
 the port takes them, else from a queue on its own thread), and when the port is lost reports
-it and reopens.
+it and reopens. A port with modem lines (a real serial port; a pty or a URL has none) can have DTR
+set, and with `on_carrier` its DCD is watched: a change is reported from the reader thread.
 """
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import queue
 import select
+import struct
+import termios
 import threading
 import time
 from collections.abc import Mapping
@@ -33,6 +37,7 @@ DETACH_WAIT = 2.0  # the longest a lost port waits for the loop to stop reading 
 GATHER_MIN = 0.002  # gather(): a shorter wait is not worth taking the port off the loop
 GATHER_MAX = 0.1  # gather(): the longest the loop leaves arriving bytes in the kernel's buffer (a hold's batch)
 READ_SIZE = 4096  # the most a read takes (as much as a tty's line discipline holds)
+CARRIER_POLL = 0.2  # seconds between two looks at DCD (pyserial cannot wait for a modem line's change)
 
 
 class PortSettings(TypedDict):
@@ -80,6 +85,18 @@ def _native_fd(port: serial.SerialBase) -> int | None:
     return fd if isinstance(fd, int) and isinstance(getattr(port, "pipe_abort_read_r", None), int) else None
 
 
+def has_modem_lines(port: serial.SerialBase) -> bool:
+    """The port has modem control lines (TIOCMGET works): a real serial port, not a pty or a URL."""
+    fd = _native_fd(port)
+    if fd is None:
+        return False
+    try:
+        fcntl.ioctl(fd, termios.TIOCMGET, struct.pack("I", 0))
+    except OSError:
+        return False
+    return True
+
+
 def _read_some(port: serial.SerialBase) -> bytes:
     """What the port has, after waiting up to READ_TIMEOUT. A native port is read straight from
     its descriptor: one select and one read a wake-up, where pyserial's read(1), in_waiting and
@@ -119,6 +136,7 @@ class SerialPort:
                  on_data: Callable[[bytes, float], None],
                  on_state: Callable[[bool, str], None] | None = None,
                  raw_hook: Callable[[str, bytes, float], None] | None = None,
+                 on_carrier: Callable[[bool], None] | None = None,
                  backoff_max: float = 60.0, exclusive: bool = True,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.url = url
@@ -126,7 +144,9 @@ class SerialPort:
         self.settings = PortSettings(baudrate=baudrate, bytesize=bytesize, parity=parity, stopbits=stopbits,
                                      rtscts=rtscts, xonxoff=xonxoff)
         self.exclusive = exclusive
-        self.on_data, self.on_state, self.raw_hook = on_data, on_state, raw_hook
+        self.on_data, self.on_state, self.raw_hook, self.on_carrier = on_data, on_state, raw_hook, on_carrier
+        self.modem_lines = False  # the open port has DTR and DCD (set before on_state says it is open)
+        self._carrier: bool | None = None  # DCD as last reported
         self.backoff_max = max(backoff_max, BACKOFF_MIN)
         self.counters = dict.fromkeys(("opens", "open_failures", "losses", "bytes_in", "bytes_out",
                                        "dropped_out"), 0)
@@ -231,6 +251,7 @@ class SerialPort:
             with self._lock:
                 self._generation += 1
                 self._port = port
+            self.modem_lines, self._carrier = has_modem_lines(port), None
             self.counters["opens"] += 1
             log.info("%s: open", self.url)
             self._notify(True, "open")
@@ -267,6 +288,7 @@ class SerialPort:
                 return self._write_error
             try:
                 data = _read_some(port)
+                self._watch_carrier(port)
             except (serial.SerialException, OSError) as e:
                 return f"read failed: {e}"
             except TypeError:  # pyserial on a port closed by close() from another thread
@@ -292,7 +314,11 @@ class SerialPort:
             self.loop.call_soon_threadsafe(self._attach, fd, lost)
         except RuntimeError:  # the loop is closed: the daemon is ending
             return "closed"
-        lost.wait()  # set by _readable, or by _cancel() (close(), a failed write)
+        while not lost.wait(CARRIER_POLL if self.on_carrier and self.modem_lines else None):
+            try:  # (set by _readable, or by _cancel(): close(), a failed write)
+                self._watch_carrier(self._port)
+            except (serial.SerialException, OSError) as e:
+                lost.set(f"modem lines failed: {e}")
         if not self._detached:  # off the loop before the descriptor is closed (and maybe reused)
             done = threading.Event()
 
@@ -381,6 +407,32 @@ class SerialPort:
             return
         self._deliver(data, time.monotonic())
 
+    def _watch_carrier(self, port: serial.SerialBase | None) -> None:
+        """Tell on_carrier when DCD changed (its first level after an open too)."""
+        if not (self.on_carrier and self.modem_lines and port is not None):
+            return
+        cd = bool(port.cd)
+        if cd != self._carrier:
+            self._carrier = cd
+            self.on_carrier(cd)
+
+    def set_dtr(self, level: bool) -> None:
+        """Set DTR, after the bytes written before (a port without modem lines: nothing); never blocks."""
+        with self._lock:
+            if self._port is None or not self.modem_lines:
+                return
+            if self._queued:  # after what waits to be written
+                self._queued += 1
+                self._out.put((self._generation, level))
+                return
+            self._dtr(self._port, level)
+
+    def _dtr(self, port: serial.SerialBase, level: bool) -> None:
+        try:
+            port.dtr = level
+        except (serial.SerialException, OSError) as e:
+            log.warning("%s: cannot set DTR: %s", self.url, e)
+
     def _deliver(self, data: bytes, now: float) -> None:
         self.counters["bytes_in"] += len(data)
         if self.raw_hook:
@@ -400,11 +452,26 @@ class SerialPort:
                 except queue.Empty:
                     break
             closing = items[-1] is None  # close(): write what came before it, then stop
-            self._write_out(items[:-1] if closing else items)
+            self._write_items(items[:-1] if closing else items)
             with self._lock:
                 self._queued -= len(items) - closing
             if closing:
                 return
+
+    def _write_items(self, items: list[tuple[int, bytes | bool]]) -> None:
+        """Bytes, written together, and DTR levels (set_dtr) between them, in order."""
+        chunk: list[tuple[int, bytes]] = []
+        for generation, item in items:
+            if isinstance(item, bool):
+                self._write_out(chunk)
+                chunk = []
+                with self._lock:
+                    port = self._port if generation == self._generation else None
+                if port is not None:
+                    self._dtr(port, item)
+            else:
+                chunk.append((generation, item))
+        self._write_out(chunk)
 
     def _write_out(self, items: list[tuple[int, bytes]]) -> None:
         with self._lock:

@@ -63,7 +63,7 @@ class SimHost:
 
     def open_ports(self) -> None:
         for peer in self.kernel.lines.lcbs:
-            self.kernel.port_state(peer, True, "", self.net.now)
+            self.kernel.port_state(peer, True, "", self.net.now, self.net.modem_lines)
 
     def run_pass(self) -> Effects:
         fx = self.kernel.run_pass(self.net.now, WALL0 + self.net.now)
@@ -99,6 +99,9 @@ class SimHost:
 
     def write_line(self, peer: str, data: bytes) -> None:
         self.net.write(self.id, peer, data)
+
+    def set_dtr(self, peer: str, level: bool) -> None:
+        self.net.set_dtr(self.id, peer, level)
 
     def start_program(self, start: StartProgram) -> None:
         self.starts.append(start)
@@ -199,11 +202,14 @@ def _b64(data: bytes) -> str:
 class SimNet:
     def __init__(self, directory: str | Path, hosts: dict[str, list[LineConfig]], *, seed: int = 0,
                  processes: dict[str, list[ProcessConfig]] | None = None, modems: bool = False,
-                 max_step: float = 0.1, **host_keys):
+                 modem_lines: bool = False, max_step: float = 0.1, **host_keys):
         """`modems`: an emulated Hayes modem at each end of every line (mccs.testbed.hayes_modem; the
-        ends of the i-th line, hosts sorted, are 5iii1 and 5iii2: `number`). `max_step`: the most the
-        clock moves in one step when nothing is due sooner."""
+        ends of the i-th line, hosts sorted, are 5iii1 and 5iii2: `number`); `modem_lines`: their
+        ports have DTR and DCD (else, as a pty, neither). `max_step`: the most the clock moves in one
+        step when nothing is due sooner."""
         self.now = 0.0
+        self.modem_lines = modem_lines
+        self._dcd: dict[tuple[str, str], bool] = {}  # (host, peer): DCD as last told to the host
         self.max_step = max_step
         self.seed = seed
         self._deadlines: list[float | None] = []
@@ -251,6 +257,18 @@ class SimNet:
     def _modem(self, host: str, peer: str) -> HayesModem:
         return self.modems[_pair(host, peer)][host > peer]
 
+    def set_dtr(self, host: str, peer: str, level: bool) -> None:
+        self._modem(host, peer).set_dtr(level, self.now)
+        self._said()
+
+    def _carriers(self) -> None:
+        """DCD changes, to the hosts whose ports have modem lines."""
+        for (a, b), ends in self.modems.items() if self.modem_lines else ():
+            for modem, hid, peer in ((ends[0], a, b), (ends[1], b, a)):
+                if self._dcd.get((hid, peer), False) != modem.dcd and hid in self.hosts:
+                    self._dcd[hid, peer] = modem.dcd
+                    self.hosts[hid].kernel.carrier(peer, modem.dcd, self.now)
+
     def _said(self) -> None:
         """What the modems say to their hosts, for the next step."""
         for (a, b), ends in self.modems.items():
@@ -273,6 +291,7 @@ class SimNet:
             for modem in ends:
                 modem.tick(self.now)
         self._said()
+        self._carriers()
         said, self._to_dte = self._to_dte, []
         for hid, peer, data in said:
             self.hosts[hid].kernel.line_data(peer, data, self.now)

@@ -50,6 +50,7 @@ class Reply(NamedTuple):
 class LineWrite:
     peer: str
     data: bytes
+    dtr: bool | None = None  # then the port's DTR set to this (a call hung up on a port with modem lines)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ class Effects:
     def write(self, peer: str, data: bytes) -> None:
         if data:
             self.writes.append(LineWrite(peer, data))
+
+    def set_dtr(self, peer: str, level: bool) -> None:
+        self.writes.append(LineWrite(peer, b"", level))
 
     def start(self, pid: str, command: str) -> None:
         self.starts.append(StartProgram(pid, command))

@@ -239,8 +239,13 @@ class Kernel:
         """A program the shell started for process `pid` (Effects.starts) has ended."""
         self.delivery.exited(pid, code, now)
 
-    def port_state(self, peer: str, is_open: bool, why: str, now: float) -> None:
-        self.lines.port_state(peer, is_open, why, now, self._fx)
+    def port_state(self, peer: str, is_open: bool, why: str, now: float, modem_lines: bool = False) -> None:
+        """A line's port opened (`modem_lines`: it has DTR and DCD) or was lost."""
+        self.lines.port_state(peer, is_open, why, now, self._fx, modem_lines)
+
+    def carrier(self, peer: str, on: bool, now: float) -> None:
+        """A line's DCD changed (a port with modem lines)."""
+        self.lines.carrier(peer, on, now)
 
     def set_disk_full(self, flag: bool) -> None:
         """No room on the disk: refuse new SENDs and tell the lines busy; deliveries go on."""

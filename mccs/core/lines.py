@@ -355,10 +355,14 @@ class Lines:
             machine.call(now, force=True)
         return CallAnswer(req.peer, machine.status(now))
 
-    def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects) -> None:
+    def port_state(self, peer: str, is_open: bool, why: str, now: float, fx: Effects,
+                   modem_lines: bool = False) -> None:
+        """The port opened (`modem_lines`: it has DTR and DCD) or was lost."""
         lcb = self.lcbs[peer]
         lcb.port_open = is_open
         if is_open:
+            if isinstance(lcb.machine, CallLine):
+                lcb.machine.modem_lines(modem_lines)
             self._sign_on(lcb, now)
         else:  # the port is gone (cable, adapter, pty): a fresh machine when it is back
             self._down(lcb, f"port lost: {why}", now, fx)
@@ -366,12 +370,24 @@ class Lines:
             lcb.busy = False  # the fresh machine is not busy: told again in this pass
             lcb.signon_at = None
 
+    def carrier(self, peer: str, on: bool, now: float) -> None:
+        """The port's DCD changed (a port with modem lines, on a line that is a call)."""
+        machine = self.lcbs[peer].machine
+        if isinstance(machine, CallLine):
+            machine.carrier(on, now)
+
+    def _write(self, lcb: LineControlBlock, fx: Effects) -> None:
+        """What the line's machine has to send, and a call's DTR where it changes."""
+        fx.write(lcb.peer, lcb.machine.data_to_send())
+        if isinstance(lcb.machine, CallLine) and (level := lcb.machine.dtr_change()) is not None:
+            fx.set_dtr(lcb.peer, level)
+
     def stop(self, now: float, fx: Effects) -> None:
         """Sign off every line that is not down."""
         for lcb in self.lcbs.values():
             if lcb.state is not LineState.DOWN:
                 lcb.machine.stop(now)
-                fx.write(lcb.peer, lcb.machine.data_to_send())
+                self._write(lcb, fx)
 
     # -- in the pass: timers and the Message-Receiver --------------------------------------------
     def receive(self, fx: Effects, now: float, wall: float) -> None:
@@ -554,7 +570,7 @@ class Lines:
                 self._send_some(lcb, fx, wall)
                 if len(lcb.active) > active:  # an image for a BSC line held for it goes now, not a pass later
                     self._on_deadline(lcb, self._now)
-            fx.write(lcb.peer, lcb.machine.data_to_send())
+            self._write(lcb, fx)
             for ev in lcb.machine.events():  # the frames just built are traced in this pass
                 if isinstance(ev, FrameTraced):
                     self._trace_frame(lcb, ev, fx)

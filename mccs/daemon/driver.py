@@ -20,7 +20,7 @@ from checkpoint.changes import Stored
 from checkpoint.store import Checkpoint
 
 from mccs.core import e2e
-from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
+from mccs.core.effects import Effects, LineWrite, Reply, StartProgram, TraceEvent
 from mccs.core.replies import Received
 from mccs.core.requests import Cancel, Request, Send, SendMany
 
@@ -32,6 +32,7 @@ class Shell(Protocol):
     def flush_traces(self) -> None: ...
     def send_reply(self, reply: Reply) -> None: ...
     def write_line(self, peer: str, data: bytes) -> None: ...
+    def set_dtr(self, peer: str, level: bool) -> None: ...
     def start_program(self, start: StartProgram) -> None: ...
     def pieces_read(self, pieces: list[tuple[Stored, int, bytes]]) -> None: ...
 
@@ -47,10 +48,18 @@ def perform(fx: Effects, cp: Checkpoint, shell: Shell) -> None:
     shell.flush_traces()  # before the replies and acknowledgements that depend on these events
     for reply in fx.replies:
         shell.send_reply(reply)
-    for w in fx.writes:
-        shell.write_line(w.peer, w.data)
+    write_lines(fx.writes, shell)
     for start in fx.starts:
         shell.start_program(start)
+
+
+def write_lines(writes: list[LineWrite], shell: Shell) -> None:
+    """Bytes to the lines, and DTR after them where a call is hung up so."""
+    for w in writes:
+        if w.data:
+            shell.write_line(w.peer, w.data)
+        if w.dtr is not None:
+            shell.set_dtr(w.peer, w.dtr)
 
 
 def reply_text(cp: Checkpoint, reply: Reply, piece: int = 1 << 20) -> Iterator[bytes]:

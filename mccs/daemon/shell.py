@@ -33,7 +33,7 @@ from mccs.core import requests
 from mccs.daemon import keys, server, service
 from mccs.daemon.keys import KeyFileError
 from mccs.config import HostConfig, LineConfig
-from mccs.daemon.driver import perform, prior, reply_text
+from mccs.daemon.driver import perform, prior, reply_text, write_lines
 from mccs.core.effects import Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
 from mccs.client.ipc import b64
@@ -154,8 +154,7 @@ class Daemon:
         srv.close()
         if not self.failed:
             self.run_pass()
-            for w in self.kernel.stop(time.monotonic()).writes:  # the sign-offs: nothing to commit
-                self.write_line(w.peer, w.data)
+            write_lines(self.kernel.stop(time.monotonic()).writes, self)  # the sign-offs: nothing to commit
             await asyncio.sleep(0.2)  # the sign-offs leave
         for port in self.ports.values():
             port.close()
@@ -172,8 +171,11 @@ class Daemon:
         def on_state(up: bool, why: str) -> None:  # from the port's thread
             call(self._port_state, peer, up, why)
 
-        return SerialPort(lc.port, **lc.port_settings(), backoff_max=lc.backoff_max,
-                          loop=self.loop, on_data=on_data, on_state=on_state).start()
+        def on_carrier(cd: bool) -> None:  # from the port's thread
+            call(self._carrier, peer, cd)
+
+        return SerialPort(lc.port, **lc.port_settings(), backoff_max=lc.backoff_max, loop=self.loop,
+                          on_data=on_data, on_state=on_state, on_carrier=on_carrier if lc.is_call else None).start()
 
     # -- inputs -------------------------------------------------------------------------------
     def _line_data(self, peer: str, data: bytes, now: float) -> None:
@@ -187,7 +189,12 @@ class Daemon:
             self._wake_at(now + within)
 
     def _port_state(self, peer: str, is_open: bool, why: str) -> None:
-        self.kernel.port_state(peer, is_open, why, time.monotonic())
+        self.kernel.port_state(peer, is_open, why, time.monotonic(), self.ports[peer].modem_lines)
+        self.wake()
+
+    def _carrier(self, peer: str, cd: bool) -> None:
+        log.info("%s: line to %s: DCD %s", self.host, peer, "on" if cd else "off")
+        self.kernel.carrier(peer, cd, time.monotonic())
         self.wake()
 
     def connected(self, conn: server.Connection) -> None:
@@ -365,6 +372,9 @@ class Daemon:
 
     def write_line(self, peer: str, data: bytes) -> None:
         self.ports[peer].write(data)
+
+    def set_dtr(self, peer: str, level: bool) -> None:
+        self.ports[peer].set_dtr(level)
 
     def start_program(self, start: StartProgram) -> None:
         self.loop.create_task(self._run_program(start))

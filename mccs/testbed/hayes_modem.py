@@ -6,9 +6,11 @@ Two modems are joined as the two ends of one line, each with its number. `ATD<nu
 other (RING every RING_EVERY s), which answers with `ATA` or by itself after S0 rings; both then
 say `CONNECT <baud>` and pass data (the line paces it, with its noise). `+++` between guard times
 of silence (S12, 1 s) returns to command mode with the call held (`ATO` goes back, `ATH` hangs up);
-the other end then says `NO CARRIER`. A call to a modem off hook (dialling, ringing or in a call)
-finds it `BUSY`; one not answered in RINGS_MAX rings, `NO ANSWER`. Faults on demand: `busy`,
-`no_answer`, `no_dialtone`, `drop_after` (the carrier is lost that many seconds into every call).
+the other end then says `NO CARRIER`. In the simulator (tools/hostsim) its DTE may also have modem
+lines: DTR dropped hangs up (&D2), and DCD is on during a call (&C1). A call to a modem off hook
+(dialling, ringing or in a call) finds it `BUSY`; one not answered in RINGS_MAX rings, `NO ANSWER`.
+Faults on demand: `busy`, `no_answer`, `no_dialtone`, `drop_after` (the carrier is lost that many
+seconds into every call).
 Deterministic: no randomness, and every delay is a constant.
 """
 from __future__ import annotations
@@ -55,7 +57,7 @@ class HayesModem:
         self._last_dte = float("-inf")  # when the DTE last wrote, online (the escape's guard)
         self._plus = b""  # an escape's "+" held back, and since when
         self._plus_at = 0.0
-        self.counters = dict.fromkeys(("calls", "answered", "busy", "no_answer", "carrier_lost"), 0)
+        self.counters = dict.fromkeys(("calls", "answered", "busy", "no_answer", "carrier_lost", "dtr_hangups"), 0)
 
     # -- inputs ----------------------------------------------------------------------------------
     def from_dte(self, data: bytes, now: float) -> bytes:
@@ -110,6 +112,17 @@ class HayesModem:
     @property
     def online(self) -> bool:
         return self.state is ModemState.ONLINE
+
+    @property
+    def dcd(self) -> bool:
+        """Data Carrier Detect (&C1): on while a call is up, escaped or not."""
+        return self.state in (ModemState.ONLINE, ModemState.ONLINE_COMMAND)
+
+    def set_dtr(self, level: bool, now: float) -> None:
+        """DTR from the DTE (&D2): dropped, any call is hung up and the modem is back in command mode."""
+        if not level and self.state is not ModemState.COMMAND:
+            self.counters["dtr_hangups"] += 1
+            self._drop_call(now)
 
     # -- commands --------------------------------------------------------------------------------
     def _command(self, line: str, now: float) -> None:

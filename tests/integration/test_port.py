@@ -392,3 +392,21 @@ def test_a_gather_that_ends_with_nothing_come_keeps_the_port_and_reads_on(line):
         a.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(20)
+def test_a_pty_has_no_modem_lines_so_dtr_is_left_alone_and_no_carrier_is_reported(line):
+    """A call line on a pty hangs up with the modem's escape (linedrivers.hayes): its port says it has
+    no DTR or DCD, ignores set_dtr and never reports a carrier. Real serial ports have them; none here."""
+    ra, rb = Recorder(), Recorder()
+    carrier = []
+    with ra.port(line.end_a, baudrate=115200, on_carrier=carrier.append) as a, \
+            rb.port(line.end_b, baudrate=115200) as b:
+        assert ra.wait_state() == (True, "open") and rb.wait_state() == (True, "open")
+        assert not a.modem_lines and not b.modem_lines
+        a.write(b"+++")
+        a.set_dtr(False)
+        a.write(b"ATH0\r")
+        assert rb.wait_data(8) == b"+++ATH0\r"
+        time.sleep(0.3)
+        assert a.is_open and carrier == [] and a.counters["losses"] == 0

@@ -11,6 +11,8 @@ from linedrivers.call_line import CallLine, CallState, CallTraced
 from linedrivers.hayes import Dialer
 from linedrivers.image import encode
 from mccs.testbed.hayes_modem import HayesModem
+from tools.hostsim import SimNet
+from tools.hostsim import line as line_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,9 +29,18 @@ class Calls:
                      answer=True, random_bytes=rng.randbytes, **keys)
             for me, peer, number in (("AA", "BB", "5550102"), ("BB", "AA", "5550101")))
         self.now = 0.0
+        self.dcd: list[bool] | None = None  # the ports' DCD as told to the lines (with_modem_lines)
+        self.sent = [b"", b""]  # every byte each line wrote to its modem
         self.events: tuple[list, list] = ([], [])
         for line in self.lines:
             line.start(0.0)
+
+    def with_modem_lines(self) -> "Calls":
+        """Both ports have DTR and DCD, as a real serial port has (a pty has neither)."""
+        self.dcd = [False, False]
+        for line in self.lines:
+            line.modem_lines(True)
+        return self
 
     def run(self, seconds: float, step: float = 0.02) -> None:
         end = self.now + seconds
@@ -37,10 +48,17 @@ class Calls:
             self.now = round(self.now + step, 6)
             for i, (line, modem) in enumerate(zip(self.lines, self.modems)):
                 modem.tick(self.now)
+                if self.dcd is not None and self.dcd[i] != modem.dcd:
+                    self.dcd[i] = modem.dcd
+                    line.carrier(modem.dcd, self.now)
                 deadline = line.next_deadline()
                 if deadline is not None and deadline <= self.now:
                     line.handle_timeout(self.now)
-                wire = modem.from_dte(line.data_to_send(), self.now)
+                out, dtr = line.data_to_send(), line.dtr_change()
+                self.sent[i] += out
+                wire = modem.from_dte(out, self.now)
+                if dtr is not None:
+                    modem.set_dtr(dtr, self.now)
                 if wire:
                     self._port(1 - i, self.modems[1 - i].from_wire(wire))
                 self._port(i, modem.to_dte())
@@ -112,3 +130,44 @@ def test_the_retry_doubles_up_to_its_most():
     tries = [e for e in calls.kinds(0, CallTraced) if e.kind == "dial"]
     assert 6 <= len(tries) <= 14 and calls.lines[0].retry_wait == 4.0  # 1, 2, 4, 4, ... each up to 1.5 times
     assert calls.lines[0].status(calls.now)["last_call"].startswith("BUSY")
+
+
+def test_on_a_port_with_modem_lines_a_call_is_hung_up_by_dtr_and_its_loss_seen_by_dcd_at_once():
+    calls = Calls(idle_hangup=5.0).with_modem_lines()
+    calls.lines[0].call(calls.now)
+    calls.run(2.0)
+    assert calls.lines[0].connected and calls.lines[1].connected
+    calls.run(6.0)  # idle: AA hangs up by dropping DTR for a second, no escape, no ATH0
+    assert calls.modems[0].counters["dtr_hangups"] == 1 and calls.modems[0].state == "command"
+    assert b"+++" not in calls.sent[0] and b"ATH" not in calls.sent[0]
+    hangups = [e for e in calls.kinds(0, CallTraced) if e.kind == "hangup"]
+    assert len(hangups) == 1 and hangups[0].result.startswith("idle")
+    calls.run(3.0)
+    assert calls.lines[0].dialer.dtr and calls.lines[0].state is CallState.IDLE  # DTR raised again, on hook
+    assert [e.result for e in calls.kinds(1, CallTraced) if e.kind == "hangup"] == ["carrier lost (DCD)"]
+    calls.lines[0].call(calls.now)
+    calls.run(3.0)
+    assert calls.lines[0].connected
+    calls.modems[1].faults.drop_after = 0.0
+    calls.modems[1]._timer = calls.now  # the carrier goes now
+    calls.run(0.1)  # DCD: the call is over at once, not carrier_wait (2 s) after NO CARRIER
+    assert calls.lines[0].state is not CallState.CONNECTED and calls.lines[1].state is not CallState.CONNECTED
+    calls.run(1.5)  # (the hang-up is traced once on hook: DTR was low for a second)
+    assert [e.result for e in calls.kinds(0, CallTraced) if e.kind == "hangup"][-1] == "carrier lost (DCD)"
+
+
+def test_two_hosts_whose_ports_have_modem_lines_hang_up_by_dtr_through_the_daemon_s_own_driver(tmp_path):
+    """The core and its driver (tools.hostsim runs mccs.daemon.driver) with the defaults: a demand
+    line carries a message, then hangs up after idle_hangup (60 s) by dropping DTR for a second."""
+    net = SimNet(tmp_path, {"AA": [line_config("BB", call="demand", dial="50002")],
+                            "BB": [line_config("AA", answer=True)]}, modems=True, modem_lines=True)
+    net.client("AA", "S").send("BBR", b"over a real serial port")
+    r = net.client("BB", "R")
+    assert net.run(lambda: r.recv(wait=False)["msg"], duration=30)
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].machine.state == "idle", duration=70)
+    dtr = [w.dtr for fx in net["AA"].passes for w in fx.writes if w.dtr is not None]
+    assert dtr == [False, True]  # dropped, raised a second later
+    assert all(b"+++" not in w.data for fx in net["AA"].passes for w in fx.writes)
+    hangups = [ev.fields for ev in net["AA"].traces if ev.type == "call" and ev.kind == "hangup"]
+    assert len(hangups) == 1 and hangups[0]["result"].startswith("idle for 60")
+    assert net["BB"].kernel.lines["AA"].machine.last_result == "hung up: carrier lost (DCD)"
