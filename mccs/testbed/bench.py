@@ -13,6 +13,7 @@ KINDS = {
     "bulk": "one bulk transfer: MCCS async and BSC against ZMODEM and UUCP 'i' over the same paced line",
     "memory": "the daemons' memory while one large message (16 MiB) is carried over a line",
     "calls": "what a call costs on a demand line over emulated Hayes modems: set-up, bytes, data share",
+    "hub": "a hub daemon forwarding between N leaves: each line's goodput against alone, the hub's CPU a message",
 }
 
 

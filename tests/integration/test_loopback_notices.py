@@ -54,6 +54,7 @@ def test_ring_of_five_with_defaults_ttl_receipts_kills_and_cuts(tmp_path):
     _assert_every_message_settled_once(v, 300)
 
 
+@pytest.mark.slow  # (e2e keeps its real-daemon chains in the default run: tests/integration/test_e2e_daemons.py)
 @pytest.mark.timeout(150)
 def test_the_same_ring_with_every_host_sealing_end_to_end(tmp_path):
     """Issue 34: `mccs loopback` with faults stays green with e2e = "seal" on every host."""
