@@ -46,6 +46,9 @@ REPLY_MARGIN = 0.25  # the peer's commit before its ACK, scheduling, relays
 ASK_MARGIN = 0.1  # the line's latency both ways, scheduling, relays; no commit is waited for
 #: The segment size is chosen for the error rate in steps of this factor (log): 5%.
 RATE_STEP = math.log(1.05)
+#: An error rate below which the best length is the longest a frame may be (64 KiB frames fail once in
+#: 150,000): taken as none, so that a clean line's estimate, which falls on forever, stops moving the choice
+RATE_FLOOR = 1e-10
 
 
 class AsyncLine(AsyncSignOn):
@@ -223,7 +226,7 @@ class AsyncLine(AsyncSignOn):
         rate is taken in steps of 5% (the best length hardly moves within one), so the search runs
         again only when the rate or the agreement moved."""
         p = self._errors.rate
-        step = round(math.log(p) / RATE_STEP) if p > 0 else None
+        step = round(math.log(p) / RATE_STEP) if p > RATE_FLOOR else None
         key = (step, self._sr, self._fcs32, self._maxmsg, self._window, self._fec and self._errors.observed)
         if self._chosen[0] != key:
             overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
