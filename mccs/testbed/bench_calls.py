@@ -10,8 +10,8 @@ modems (`mccs vserial --modem`) between two real daemons.
   excluded: from CONNECT to the last delivery) and the share of them the line spent carrying the
   message frames at its baud.
 
-Taylor UUCP is not run over the emulated modem: its dialer would need a chat script and the
-modem port set up for it (`mccs bench bulk` compares with it on a leased line).
+With `--uucp`, Taylor UUCP's `uucico` calls over the same emulated modems for the same figures,
+side by side (mccs/testbed/bench_uucp.py); skipped, saying so, where uucico is not installed.
 """
 from __future__ import annotations
 
@@ -32,11 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "SEND-to-delivery on an idle line (call set-up included), the modem's and the\n"
                           "sign-on's bytes a call, and the share of a call's connected time that carries\n"
                           "data for a burst of messages. Medians of runs.")
-    parser.epilog = "example:\n  mccs bench calls --runs 3 --burst 100"
+    parser.epilog = "example:\n  mccs bench calls --runs 3 --burst 100 --uucp"
     parser.add_argument("--baud", type=int, default=BAUD, help="line speed (default %(default)s)")
     parser.add_argument("--runs", type=int, default=3, help="calls timed (default %(default)s); the median")
     parser.add_argument("--burst", type=int, default=100,
                         help="messages of 128 bytes in one call (default %(default)s)")
+    parser.add_argument("--uucp", action="store_true",
+                        help="also Taylor UUCP calling over the same emulated modems, side by side")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
 
 
@@ -113,13 +115,18 @@ def measure(root: Path, baud: int, runs: int, burst: int) -> dict:
     out["burst_connected_s"] = round(seconds, 3)
     out["burst_data_bytes"] = sum(e["bytes"] for e in data)
     out["burst_data_share"] = round(out["burst_data_bytes"] * 10 / baud / seconds, 4)
+    out["burst_payload_share"] = round(burst * SIZE * 10 / baud / seconds, 4)  # as bench_uucp's
     out["modem_calls"] = modems[0].counters["calls"]
+    out["modem_port_bytes_per_call"] = modems[0].counters["command_bytes"] / max(1, len(connects))  # the emulator's
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="mccs-bench-calls-") as tmp:
         result = measure(Path(tmp), args.baud, args.runs, args.burst)
+        if args.uucp:
+            from mccs.testbed.bench_uucp import compare
+            result["uucp"] = compare(Path(tmp) / "uucp", args.baud, args.runs, args.burst)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -131,4 +138,8 @@ def run(args: argparse.Namespace) -> int:
           f"sign-on frames: {result['signon_bytes_per_call']:.0f} bytes on the line")
     print(f"  a burst of {result['burst']} messages of {SIZE} bytes: {result['burst_connected_s']:.1f} s connected "
           f"to the last delivery, {result['burst_data_share']:.1%} of it carrying the message frames")
+    if "uucp" in result:
+        from mccs.testbed.bench_uucp import side_by_side
+        print("side by side with Taylor UUCP calling over the same emulated modems:")
+        print("\n".join(side_by_side(result)))
     return 0

@@ -58,6 +58,9 @@ class HayesModem:
         self._plus = b""  # an escape's "+" held back, and since when
         self._plus_at = 0.0
         self.counters = dict.fromkeys(("calls", "answered", "busy", "no_answer", "carrier_lost", "dtr_hangups"), 0)
+        # the command phase at the DTE, both ways (commands, escapes, echoes, results): what a call
+        # costs on the port besides its data, whatever program drives the modem (`mccs bench calls`)
+        self.counters["command_bytes"] = 0
 
     # -- inputs ----------------------------------------------------------------------------------
     def from_dte(self, data: bytes, now: float) -> bytes:
@@ -68,6 +71,7 @@ class HayesModem:
             self._say("NO CARRIER")  # a key pressed while dialling aborts the call
             self._drop_call(now)
             return b""
+        self.counters["command_bytes"] += len(data)
         for byte in data:
             if self.echo:
                 self._dte.append(bytes((byte,)))
@@ -86,6 +90,7 @@ class HayesModem:
     def tick(self, now: float) -> None:
         """Timers: rings, the handshake, NO ANSWER, the escape's second guard, a dropped carrier."""
         if self._plus and now >= self._plus_at + GUARD:
+            self.counters["command_bytes"] += len(self._plus)
             self._plus = b""
             self.state = ModemState.ONLINE_COMMAND
             self._say("OK")
@@ -103,6 +108,7 @@ class HayesModem:
     # -- outputs ---------------------------------------------------------------------------------
     def to_dte(self) -> bytes:
         out, self._dte = b"".join(self._dte), []
+        self.counters["command_bytes"] += len(out)
         return out
 
     def next_deadline(self) -> float | None:
