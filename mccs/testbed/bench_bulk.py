@@ -224,20 +224,29 @@ def zmodem_transfer(root: Path, data: bytes, baud: int, ber: float, seed: int) -
 
 
 # ---- Taylor UUCP 'i' -------------------------------------------------------------------------
-def _uucp_side(root: Path, name: str, other: str, device: str, baud: int, master: bool) -> Path:
+def uucp_system(root: Path, name: str, other: str, sys_entry: str, files: dict[str, str]) -> Path:
+    """One Taylor UUCP system's trees and files under root/name (nothing of the host's own /etc/uucp):
+    its `sys` file names `other` with `sys_entry`; `files` are its port, dial and passwd files by
+    kind, each named in its `config` (which `uucico -I` is given)."""
     d = root / name
     for sub in ("spool", "pub", "lock"):
         (d / sub).mkdir(parents=True)
+    named = "".join(f"{kind}file {d}/{kind}\n" for kind in files)
     (d / "config").write_text(f"nodename {name}\nspool {d}/spool\npubdir {d}/pub\nlockdir {d}/lock\n"
-                              f"logfile {d}/Log\nstatfile {d}/Stats\ndebugfile {d}/Debug\n"
-                              f"sysfile {d}/sys\nportfile {d}/port\n")
-    (d / "port").write_text(f"port bench\ntype direct\ndevice {device}\nspeed {baud}\n")
-    (d / "sys").write_text(
-        f"system {other}\ntime any\nport bench\nspeed {baud}\nchat \"\"\nprotocol i\n"
-        f"protocol-parameter i window {UUCP_WINDOW}\nprotocol-parameter i packet-size {UUCP_PACKET}\n"
-        + ("" if master else "called-login ANY\n")
-        + "local-send /\nlocal-receive /\nremote-send /\nremote-receive /\n")
+                              f"logfile {d}/Log\nstatfile {d}/Stats\ndebugfile {d}/Debug\nsysfile {d}/sys\n{named}")
+    (d / "sys").write_text(f"system {other}\ntime any\nlocal-send /\nlocal-receive /\nremote-send /\n"
+                           f"remote-receive /\n{sys_entry}")
+    for kind, text in files.items():
+        (d / kind).write_text(text)
     return d
+
+
+def _uucp_side(root: Path, name: str, other: str, device: str, baud: int, master: bool) -> Path:
+    return uucp_system(root, name, other,
+                       f"port bench\nspeed {baud}\nchat \"\"\nprotocol i\n"
+                       f"protocol-parameter i window {UUCP_WINDOW}\nprotocol-parameter i packet-size {UUCP_PACKET}\n"
+                       + ("" if master else "called-login ANY\n"),
+                       {"port": f"port bench\ntype direct\ndevice {device}\nspeed {baud}\n"})
 
 
 def _give_to_uucp(path: Path) -> None:

@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from mccs.testbed.bench_bulk import _give_to_uucp, _kill, found, which
+from mccs.testbed.bench_bulk import _give_to_uucp, _kill, found, uucp_system, which
 from mccs.testbed.bench_calls import SIZE
 
 SKIPPED = "uucico not installed (apt-get install uucp)"
@@ -46,21 +46,6 @@ TIMEOUT = 120  # seconds for one call's work
 def skipped() -> str | None:
     """Why Taylor UUCP cannot run here; None when it can."""
     return None if which("uucico") and which("uucp") else SKIPPED
-
-
-def _system(root: Path, name: str, other: str, files: dict[str, str]) -> Path:
-    """One system's trees and configuration files under root/name; its `config` names them all."""
-    d = root / name
-    for sub in ("spool", "pub", "lock"):
-        (d / sub).mkdir(parents=True)
-    (d / "config").write_text(f"nodename {name}\nspool {d}/spool\npubdir {d}/pub\nlockdir {d}/lock\n"
-                              f"logfile {d}/Log\nstatfile {d}/Stats\ndebugfile {d}/Debug\nsysfile {d}/sys\n"
-                              f"portfile {d}/port\ndialfile {d}/dial\npasswdfile {d}/passwd\n")
-    common = "time any\nlocal-send /\nlocal-receive /\nremote-send /\nremote-receive /\n"
-    (d / "sys").write_text(f"system {other}\n{common}{files['sys']}")
-    for file in ("port", "dial", "passwd"):
-        (d / file).write_text(files.get(file, ""))
-    return d
 
 
 def _answerer(port: str, config: Path, connects: list[float], stop: threading.Event) -> None:
@@ -131,14 +116,14 @@ class Taylor:
         for dev in tel.lines["AA-BB"].devices:
             os.chmod(dev, 0o666)
         speed = f"speed {self.baud}\n"
-        self.aa = _system(self.root, "AA", "BB", {
-            "sys": f"port modem\n{speed}phone {tel.number('BB', 'AA')}\nchat ogin: \\L word: \\P\n"
-                   f"call-login {LOGIN}\ncall-password {PASSWORD}\n",
-            "port": f"port modem\ntype modem\ndevice {tel.port('AA', 'BB')}\n{speed}dialer hayes\n"
-                    "carrier false\nhardflow false\n",
-            "dial": f"dialer hayes\n{DIALER}"})
-        self.bb = _system(self.root, "BB", "AA", {"sys": f"called-login {LOGIN}\n",
-                                                  "passwd": f"{LOGIN} {PASSWORD}\n"})
+        self.aa = uucp_system(self.root, "AA", "BB",
+                              f"port modem\n{speed}phone {tel.number('BB', 'AA')}\nchat ogin: \\L word: \\P\n"
+                              f"call-login {LOGIN}\ncall-password {PASSWORD}\n",
+                              {"port": f"port modem\ntype modem\ndevice {tel.port('AA', 'BB')}\n{speed}"
+                                       "dialer hayes\ncarrier false\nhardflow false\n",
+                               "dial": f"dialer hayes\n{DIALER}", "passwd": ""})
+        self.bb = uucp_system(self.root, "BB", "AA", f"called-login {LOGIN}\n",
+                              {"port": "", "dial": "", "passwd": f"{LOGIN} {PASSWORD}\n"})
         self.outbox = self.root / "outbox"
         self.outbox.mkdir()
         for d in (self.aa, self.bb, self.outbox):
