@@ -174,23 +174,35 @@ def test_a_transit_host_carries_protected_messages_it_cannot_read_and_the_destin
     assert net["CC"].kernel.counters["refused"] == 0
 
 
-def test_a_message_altered_at_the_transit_host_is_refused_its_origin_told_and_the_stream_goes_on_after_the_wait(
-        tmp_path):
-    """With the default e2e_gap_wait: the stream behind waits 10 minutes (simulated), then goes on."""
+def _waiting_at_bb(tmp_path, n: int):
+    """The chain, BB-CC cut, and n messages m0... from AA for CC stored at BB: (net, AA's client, MSG_IDs)."""
     net = _chain(tmp_path)
     net.channel("BB", "CC").disconnect()
     src = net.client("AA", "S")
-    ids = [src.send("CCR", b"m%d" % i)["msg_id"] for i in range(4)]
-    assert net.run(lambda: net["BB"].kernel.counters["forwarded"] == 4, duration=30)
+    ids = [src.send("CCR", b"m%d" % i)["msg_id"] for i in range(n)]
+    assert net.run(lambda: net["BB"].kernel.counters["forwarded"] == n, duration=30)
+    return net, src, ids
+
+
+def _told(src, msg_id: int, reason: str) -> dict:
+    """The undeliverable notice CC's daemon sent AA about msg_id, with that reason (its message)."""
+    notice = src.recv(from_id="CCMCCS", timeout=30)["msg"]
+    body = json.loads(base64.b64decode(notice["data"]))
+    assert (body["notice"], body["msg_id"], body["reason"]) == ("undeliverable", msg_id, reason)
+    return notice
+
+
+def test_a_message_altered_at_the_transit_host_is_refused_its_origin_told_and_the_stream_goes_on_after_the_wait(
+        tmp_path):
+    """With the default e2e_gap_wait: the stream behind waits 10 minutes (simulated), then goes on."""
+    net, src, ids = _waiting_at_bb(tmp_path, 4)
     victim = next(b for b in net["BB"].kernel.lists.send if b.msg_id == ids[1])
     victim.data = bytes([victim.data[0] ^ 0x20]) + bytes(victim.data[1:])  # a hostile transit host's change
     net.channel("BB", "CC").reconnect()
     dst = net.client("CC", "R")
     assert base64.b64decode(_texts(dst, 1)[0]["data"]) == b"m0"
     assert net.run(lambda: net["CC"].kernel.counters["refused_bad_tag"] == 1, duration=30)
-    notice = src.recv(from_id="CCMCCS", timeout=30)["msg"]
-    body = json.loads(base64.b64decode(notice["data"]))
-    assert (body["notice"], body["msg_id"], body["reason"]) == ("undeliverable", ids[1], "refused")
+    notice = _told(src, ids[1], "refused")
     assert notice["e2e"] == "sealed"  # CC's daemon sealed its notice too
     net.run(duration=300)
     assert dst.recv(wait=False)["msg"] is None  # m2 and m3 wait for the genuine m1
@@ -203,19 +215,13 @@ def test_a_message_altered_at_the_transit_host_is_refused_its_origin_told_and_th
 def test_a_void_forged_by_the_transit_host_passes_its_place_and_its_origin_is_told(tmp_path):
     """A void carries no protection: a transit host may make one of any message it holds. It cannot
     make that loss silent: in a protected stream a void that owes no notice makes one anyway."""
-    net = _chain(tmp_path)
-    net.channel("BB", "CC").disconnect()
-    src = net.client("AA", "S")
-    ids = [src.send("CCR", b"m%d" % i)["msg_id"] for i in range(3)]
-    assert net.run(lambda: net["BB"].kernel.counters["forwarded"] == 3, duration=30)
+    net, src, ids = _waiting_at_bb(tmp_path, 3)
     victim = next(b for b in net["BB"].kernel.lists.send if b.msg_id == ids[1])
     victim.data, victim.seal, victim.flags = b"", b"", envelope.VOID  # "expired on the way", owing nothing
     net.channel("BB", "CC").reconnect()
     dst = net.client("CC", "R")
     assert [base64.b64decode(m["data"]) for m in _texts(dst, 2)] == [b"m0", b"m2"]
-    notice = src.recv(from_id="CCMCCS", timeout=30)["msg"]
-    body = json.loads(base64.b64decode(notice["data"]))
-    assert (body["notice"], body["msg_id"], body["reason"]) == ("undeliverable", ids[1], "voided")
+    _told(src, ids[1], "voided")
     assert net["CC"].kernel.counters["voids_unexplained"] == 1
 
 
