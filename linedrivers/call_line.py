@@ -154,6 +154,7 @@ class CallLine:
     def carrier(self, on: bool, now: float) -> None:
         """DCD changed: low in a call is the call's end (the modem is back in command mode)."""
         self._now = now
+        self.dialer.carrier(on)
         if not on and self.state is CallState.CONNECTED:
             self._end(now, DCD_WHY)
 

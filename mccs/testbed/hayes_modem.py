@@ -41,6 +41,7 @@ class Faults:
     no_answer: bool = False  # it rings, but ATA and S0 do nothing
     no_dialtone: bool = False  # its own ATD says NO DIALTONE
     drop_after: float | None = None  # seconds into each call its carrier is lost
+    ignore_dtr: bool = False  # &D0: DTR dropped does nothing
 
 
 class HayesModem:
@@ -126,7 +127,7 @@ class HayesModem:
 
     def set_dtr(self, level: bool, now: float) -> None:
         """DTR from the DTE (&D2): dropped, any call is hung up and the modem is back in command mode."""
-        if not level and self.state is not ModemState.COMMAND:
+        if not level and self.state is not ModemState.COMMAND and not self.faults.ignore_dtr:
             self.counters["dtr_hangups"] += 1
             self._drop_call(now)
 

@@ -35,9 +35,10 @@ class Calls:
         for line in self.lines:
             line.start(0.0)
 
-    def with_modem_lines(self) -> "Calls":
-        """Both ports have DTR and DCD, as a real serial port has (a pty has neither)."""
-        self.dcd = [False, False]
+    def with_modem_lines(self, dcd_wired: bool = True) -> "Calls":
+        """Both ports have DTR and DCD, as a real serial port has (a pty has neither); `dcd_wired`
+        False: a cable without DCD (the port reads it off, always)."""
+        self.dcd = [False, False] if dcd_wired else None
         for line in self.lines:
             line.modem_lines(True)
         return self
@@ -154,6 +155,18 @@ def test_on_a_port_with_modem_lines_a_call_is_hung_up_by_dtr_and_its_loss_seen_b
     assert calls.lines[0].state is not CallState.CONNECTED and calls.lines[1].state is not CallState.CONNECTED
     calls.run(1.5)  # (the hang-up is traced once on hook: DTR was low for a second)
     assert [e.result for e in calls.kinds(0, CallTraced) if e.kind == "hangup"][-1] == "carrier lost (DCD)"
+
+
+def test_a_modem_that_ignores_dtr_on_a_cable_without_dcd_is_still_hung_up_by_the_escape():
+    calls = Calls(idle_hangup=5.0).with_modem_lines(dcd_wired=False)
+    for modem in calls.modems:
+        modem.faults.ignore_dtr = True  # &D0
+    calls.lines[0].call(calls.now)
+    calls.run(2.0)
+    assert calls.lines[0].connected
+    calls.run(10.0)  # idle: DTR dropped for a second (ignored), then the escape and ATH0
+    assert b"+++" in calls.sent[0] and b"ATH0" in calls.sent[0]
+    assert calls.modems[0].state == "command" and calls.lines[0].state is CallState.IDLE
 
 
 def test_two_hosts_whose_ports_have_modem_lines_hang_up_by_dtr_through_the_daemon_s_own_driver(tmp_path):
