@@ -43,7 +43,6 @@ LONG_FIRST = (
     "tests/integration/test_loopback_notices.py::test_ring_of_five",
     "tests/integration/test_queue_daemons.py::test_queue_on_a_running",
     "tests/integration/test_checkpoint_care.py::test_a_backup_taken_during_traffic",
-    "tests/spark/test_analyze.py::test_no_traces",
     "tests/integration/test_bench_route.py",
     "tests/integration/test_line_over_pty.py",
 )

@@ -36,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
         print(missing, file=sys.stderr)
         return EXIT_USAGE
     from mccs.analytics.spark import AnalyzeError
+    from mccs.analytics.traces import require_inputs
     progress = Progress(sys.stderr.isatty() and not args.quiet)
     try:
+        require_inputs(args.paths)
         if args.compact:
             from mccs.analytics.spark import compact, start_session
             progress.stage("starting Spark")

@@ -44,15 +44,22 @@ def find_inputs(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
     return sorted(files), sorted(roots), urls
 
 
+def require_inputs(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """find_inputs(), or a clear error when there is nothing to read: said before Spark starts
+    (a JVM's start takes 10 s and more), as well as when the events are loaded."""
+    files, roots, urls = find_inputs(paths)
+    if not (files or roots or urls):
+        raise AnalyzeError(f"no trace files (*.jsonl, *.jsonl.gz or Parquet from --compact) under "
+                           f"{', '.join(paths)}: give the trace_dir of a daemon (or a folder above several)")
+    return files, roots, urls
+
+
 def load_events(spark, paths: list[str]):
     """All events as one DataFrame of the schema's columns plus `bad` (malformed), and what was read."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
-    files, roots, urls = find_inputs(paths)
-    if not (files or roots or urls):
-        raise AnalyzeError(f"no trace files (*.jsonl, *.jsonl.gz or Parquet from --compact) under "
-                           f"{', '.join(paths)}: give the trace_dir of a daemon (or a folder above several)")
+    files, roots, urls = require_inputs(paths)
     frames = []
     if files or urls:
         schema = StructType.fromDDL(DDL + ", _corrupt_record string")
