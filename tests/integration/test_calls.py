@@ -87,6 +87,7 @@ def test_a_demand_line_calls_carries_both_ways_and_hangs_up_when_idle(pair):
     assert made.returncode == 0 and made.stdout.startswith("line to BB: dialling"), made
     _until(lambda: _call(d["AA"], "BB")["call"] == "connected", 20, "the operator's call was not made")
     hangups = _call(d["AA"], "BB")["counters"]["hangups"]
+    _both_ways(d["AA"], d["BB"], "BBR", "AAS", b"on the operator's call", b"and back")  # idle_hangup from now
     ended = mccs_cli("line", "hangup", "-c", str(d["AA"].config), "BB", timeout=30)
     assert ended.returncode == 0 and "hanging up, last call: hung up: the operator hung up" in ended.stdout, ended
     # (the call ends; a daemon message that waits, a custody state say, may make the next one at once)
