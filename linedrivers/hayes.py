@@ -11,7 +11,7 @@ the protocol's bytes pass only while the call is connected.
                                         step within its own timeout
     (guard) +++ (guard) ATH0\\r -> OK    hanging up: the escape to command mode, with its guard times
     DTR low (dtr_drop s), DTR high       hanging up on a port with modem lines (the modem at &D2); the
-                                        escape too unless DCD, once seen on, is now off (&D0, no DTR wire)
+                                        escape too unless DCD, on when it began, is now off (&D0, no DTR wire)
 
 The modem's answers are verbose (V1) lines; an echo of our own command (a modem still at E1) and
 lines it adds of its own are passed over.
@@ -96,7 +96,8 @@ class Dialer:
         self.dtr = True  # the level DTR should be at; the owner reads changes with dtr_change()
         self._dtr_told = True
         self.dcd: bool | None = None  # the port's DCD as last told (carrier()); None: not known
-        self._dcd_wired = False  # DCD has been seen on: it tells whether the modem is on hook
+        self._dcd_at_hang_up: bool | None = None  # DCD when the hang-up began: on, then off, is on hook
+        self._escape = True  # the hang-up's escape is wanted (the modem is not in command mode already)
         self.phase = Phase.IDLE
         self.dial_wanted = False
         self._step = 0  # the next init command, chat step or hang-up step
@@ -130,6 +131,7 @@ class Dialer:
         self.dial_wanted = False
         if self.has_dtr:
             self.dtr, self._out = False, []  # (a command not yet written is no use now)
+            self._dcd_at_hang_up, self._escape = self.dcd, escape
             self.phase, self._step, self._deadline = Phase.HANGING_UP, DTR_LOW, now + self.dtr_drop
             return
         self.phase, self._step, self._deadline = Phase.HANGING_UP, 0 if escape else 1, now + self.guard
@@ -176,7 +178,6 @@ class Dialer:
     def carrier(self, on: bool) -> None:
         """The port's DCD, as the owner reads it."""
         self.dcd = on
-        self._dcd_wired = self._dcd_wired or on
 
     def dtr_change(self) -> bool | None:
         """The level the port's DTR is to be set to, if it changed since last asked (else None)."""
@@ -273,10 +274,10 @@ class Dialer:
         With DTR: once it has been low for dtr_drop, it is raised again and the modem is on hook."""
         if self._step == DTR_LOW:
             self.dtr = True
-            if self._dcd_wired and self.dcd is False:
+            if self._dcd_at_hang_up and self.dcd is False:
                 self._on_hook(f"DTR dropped for {self.dtr_drop:g} s")
-            else:  # the carrier cannot be seen gone: a modem that ignores DTR must still hang up
-                self._step, self._deadline = 0, now + self.guard
+            else:  # the carrier was not seen go: a modem that ignores DTR (or still dials) must hang up too
+                self._step, self._deadline = 0 if self._escape else 1, now + self.guard
         elif self._step == 0:
             self._out.append(b"+++")
             self._step, self._deadline = 1, now + self.guard

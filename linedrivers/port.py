@@ -414,23 +414,26 @@ class SerialPort:
         cd = bool(port.cd)
         if cd != self._carrier:
             self._carrier = cd
-            self.on_carrier(cd)
+            try:
+                self.on_carrier(cd)
+            except Exception:
+                log.exception("%s: on_carrier failed", self.url)
 
     def set_dtr(self, level: bool) -> None:
-        """Set DTR, after the bytes written before (a port without modem lines: nothing); never blocks."""
+        """Set DTR once the bytes written before have left the port (a sign-off before a hang-up),
+        on the writer thread, which waits for them (a port without modem lines: nothing); never blocks."""
         with self._lock:
             if self._port is None or not self.modem_lines:
                 return
-            if self._queued:  # after what waits to be written
-                self._queued += 1
-                self._out.put((self._generation, level))
-                return
-            self._dtr(self._port, level)
+            self._queued += 1
+            self._out.put((self._generation, level))
 
     def _dtr(self, port: serial.SerialBase, level: bool) -> None:
+        """On the writer thread: drain the output (tcdrain), then set DTR."""
         try:
+            port.flush()
             port.dtr = level
-        except (serial.SerialException, OSError) as e:
+        except (serial.SerialException, OSError, TypeError, AttributeError) as e:  # (closed meanwhile: see _write_out)
             log.warning("%s: cannot set DTR: %s", self.url, e)
 
     def _deliver(self, data: bytes, now: float) -> None:

@@ -22,10 +22,12 @@ Who tells the sender: a numbered message has left its origin, and a copy of it m
 So the host that gives it up makes no notice; its void carries the reason code as its text
 (`ttl`, `too large`, `purged`), and the *destination* makes the notice when the void takes the
 message's place there, which it does only if the message itself never came (else the void is a
-duplicate and dropped). Each message is so delivered once or returned once, never both. If the
-void itself cannot reach the destination within a further ttl, the host where it waits then makes
-the notice. An unnumbered message never left its origin: the origin tells at once. A message that
-met the hop limit (a routing loop) is told at once where it met it, its void owing nothing.
+duplicate and dropped). Each message is so delivered or returned, never both. If the void itself
+cannot reach the destination within a further ttl, the host where it waits then makes the notice.
+An unnumbered message never left its origin: the origin tells at once. A message that met the hop
+limit (a routing loop) is told at once where it met it, its void owing nothing. (In a stream
+protected end to end a void that owes nothing is told too, mccs.core.receiver: such a message is
+then told twice.)
 """
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def test_on_a_port_with_modem_lines_a_call_is_hung_up_by_dtr_and_its_loss_seen_b
     calls.modems[1]._timer = calls.now  # the carrier goes now
     calls.run(0.1)  # DCD: the call is over at once, not carrier_wait (2 s) after NO CARRIER
     assert calls.lines[0].state is not CallState.CONNECTED and calls.lines[1].state is not CallState.CONNECTED
-    calls.run(1.5)  # (the hang-up is traced once on hook: DTR was low for a second)
+    calls.run(3.0)  # (traced once on hook: DTR low for a second, then ATH0, the carrier having gone already)
     assert [e.result for e in calls.kinds(0, CallTraced) if e.kind == "hangup"][-1] == "carrier lost (DCD)"
 
 
@@ -167,6 +167,26 @@ def test_a_modem_that_ignores_dtr_on_a_cable_without_dcd_is_still_hung_up_by_the
     calls.run(10.0)  # idle: DTR dropped for a second (ignored), then the escape and ATH0
     assert b"+++" in calls.sent[0] and b"ATH0" in calls.sent[0]
     assert calls.modems[0].state == "command" and calls.lines[0].state is CallState.IDLE
+
+
+def test_a_call_hung_up_while_it_is_dialled_is_given_up_even_by_a_modem_that_ignores_dtr():
+    calls = Calls(idle_hangup=5.0).with_modem_lines()
+    for modem in calls.modems:
+        modem.faults.ignore_dtr = True  # &D0: only the escape ends it
+    calls.lines[0].call(calls.now)
+    calls.run(2.0)
+    assert calls.lines[0].connected  # DCD seen on: the port's DCD is wired
+    calls.run(12.0)  # idle: hung up (by the escape), and on hook
+    assert calls.lines[0].state is CallState.IDLE and calls.modems[0].state == "command"
+    ups = len(calls.kinds(0, LineUp))
+    calls.lines[0].answer = False  # (an answering end sets its modem up again at once, which stops a dial)
+    calls.lines[0].call(calls.now)
+    calls.run(0.1)
+    assert calls.lines[0].state is CallState.DIALLING and calls.modems[0].state != "online"
+    calls.lines[0].hang_up(calls.now)  # DCD was off when the hang-up began: DTR alone proves nothing
+    calls.run(6.0)
+    assert calls.modems[0].state == "command" and calls.modems[1].state == "command"
+    assert calls.lines[0].state is CallState.IDLE and len(calls.kinds(0, LineUp)) == ups
 
 
 def test_two_hosts_whose_ports_have_modem_lines_hang_up_by_dtr_through_the_daemon_s_own_driver(tmp_path):
