@@ -26,8 +26,11 @@ BEFORE_EPOCH = "7f2b271"  # line drivers with the BSC announcement, from before 
 # The order the tests are handed out in. An xdist_group goes first, whole to one worker: the tests
 # that take the `spark` fixture (they share its session, tests/spark/conftest.py). Then the other
 # tests one by one in this order: the long ones first, so that none starts late and ends the run
-# alone; then the rest of the Spark and integration tiers; the unit tier last, short tests on the
-# CPU that fill the gaps. A name here that no longer matches only loses its place in the order.
+# alone; then the rest of the Spark and integration tiers with the unit tier dealt in among them,
+# evenly. An integration test mostly waits on line speeds and timers while a unit test computes:
+# dealt together they keep both cores busy (the unit tier last left the cores a third idle in the
+# middle of the run, and all four workers on them at the end). A name here that no longer matches
+# only loses its place in the order.
 LONG_FIRST = (
     "tests/integration/test_custody_restore.py",
     "tests/integration/test_calls.py",
@@ -46,15 +49,22 @@ LONG_FIRST = (
     "tests/integration/test_bench_route.py",
     "tests/integration/test_line_over_pty.py",
 )
-TIER_RANK = {"spark": 1, "integration": 1, "unit": 2}
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     def rank(item):
         long = [i for i, prefix in enumerate(LONG_FIRST) if item.nodeid.startswith(prefix)]
-        return (0, long[0]) if long else (TIER_RANK.get(item.path.parent.name, 1), 0)
+        return long[0] if long else len(LONG_FIRST)
     items.sort(key=rank)        # stable: a module's tests keep their order
+    first = [item for item in items if rank(item) < len(LONG_FIRST)]
+    tiers: dict[str, list] = {}
+    for item in items[len(first):]:
+        tiers.setdefault("unit" if item.path.parent.name == "unit" else "other", []).append(item)
+    # each tier's tests at their share of the way through it, the tiers merged on that share
+    dealt = sorted(((i / len(tier), name, item) for name, tier in tiers.items() for i, item in enumerate(tier)),
+                   key=lambda t: t[:2])
+    items[:] = first + [item for _, _, item in dealt]
     for item in items:      # a test that takes the Spark session is in a group, "spark" unless it names one
         if "spark" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("spark"))

@@ -10,6 +10,11 @@ impairments), programs to start recorded (`SimHost.starts`).
 `crash()` throws a host's memory away, uncommitted effects and all, and restores it from its
 checkpoint, as kill -9 and a restart would. No threads, no sockets, no real time.
 
+A host runs a pass only when the daemon would: after an input (bytes from a line, a request, a
+port or carrier change), within the time the core answers it needs, or at the deadline of its
+last pass; a line machine's answer to bytes is written at once, as the shell writes it. The clock
+jumps from event to event (at most `max_step` at a time), so idle hosts cost nothing.
+
     net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
     p, r = net.client("AA", "P"), net.client("BB", "R")
     msg_id = p.send("BBR", b"hi")["msg_id"]
@@ -57,17 +62,51 @@ class SimHost:
         self.fail_next_commit = False
         self.crash_when = None  # a predicate of a pass's Effects: crash instead of committing that pass
         self._conns = itertools.count(1)
+        self.due: float | None = 0.0  # when its next pass runs: after an input or at the core's deadline
 
     def _core(self) -> Kernel:
         return Kernel(self.cfg, self.cp.restore(), random_bytes=self.random.randbytes, keys=self.keys)
 
     def open_ports(self) -> None:
         for peer in self.kernel.lines.lcbs:
-            self.kernel.port_state(peer, True, "", self.net.now, self.net.modem_lines)
+            self.port_state(peer, True, "")
+
+    # -- inputs, as the daemon's shell hands them to the core: each says when a pass must follow ------
+    def wake(self, within: float | None = 0.0) -> None:
+        """A pass within `within` seconds (None: none is needed for this input)."""
+        if within is not None:
+            at = self.net.now + within
+            self.due = at if self.due is None else min(self.due, at)
+
+    def line_data(self, peer: str, data: bytes, now: float | None = None) -> float | None:
+        """Bytes from a line; the machine's answer is written at once, as the shell writes it."""
+        within = self.kernel.line_data(peer, data, self.net.now if now is None else now)
+        answer = self.kernel.line_answers(peer)
+        if answer:
+            self.write_line(peer, answer)
+        self.wake(within)
+        return within
+
+    def port_state(self, peer: str, is_open: bool, why: str) -> None:
+        self.kernel.port_state(peer, is_open, why, self.net.now, self.net.modem_lines)
+        self.wake()
+
+    def carrier(self, peer: str, on: bool) -> None:
+        self.kernel.carrier(peer, on, self.net.now)
+        self.wake()
+
+    def program_exited(self, pid: str, code: int) -> None:
+        self.kernel.program_exited(pid, code, self.net.now)
+        self.wake()
+
+    def set_disk_full(self, flag: bool) -> None:
+        self.kernel.set_disk_full(flag)
+        self.wake()
 
     def run_pass(self) -> Effects:
         fx = self.kernel.run_pass(self.net.now, WALL0 + self.net.now)
         self.passes.append(fx)
+        self.due = fx.deadline
         if self.crash_when is not None and self.crash_when(fx):
             self.crash_when = None
             self.crash()
@@ -110,6 +149,7 @@ class SimHost:
         """kill -9 and a restart: memory gone, the checkpoint as of the last commit."""
         self.kernel = self._core()
         self.inbox.clear()
+        self.wake()
         self.open_ports()
 
     def renew(self) -> None:
@@ -138,6 +178,7 @@ class SimHost:
     def client(self, name: str | None, creds: Creds | None = None) -> "SimClient":
         conn = next(self._conns)
         self.kernel.connected(conn, creds)
+        self.wake()
         c = SimClient(self, conn)
         if name is not None:
             c.ask({"op": "hello", "name": name})
@@ -158,8 +199,9 @@ class SimClient:
             req = requests.parse(obj)
         except requests.RequestError as e:
             self.host.kernel.refuse(self.conn, rid, e)
+            self.host.wake()
             return rid
-        self.host.kernel.request(self.conn, rid, req, self.host.net.now, prior(self.host.cp, req))
+        self.host.wake(self.host.kernel.request(self.conn, rid, req, self.host.net.now, prior(self.host.cp, req)))
         return rid
 
     def reply(self, rid: int) -> dict | None:
@@ -187,6 +229,7 @@ class SimClient:
 
     def close(self) -> None:
         self.host.kernel.disconnected(self.conn)
+        self.host.wake()
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:
@@ -202,17 +245,16 @@ def _b64(data: bytes) -> str:
 class SimNet:
     def __init__(self, directory: str | Path, hosts: dict[str, list[LineConfig]], *, seed: int = 0,
                  processes: dict[str, list[ProcessConfig]] | None = None, modems: bool = False,
-                 modem_lines: bool = False, max_step: float = 0.1, **host_keys):
+                 modem_lines: bool = False, max_step: float = 1.0, **host_keys):
         """`modems`: an emulated Hayes modem at each end of every line (mccs.testbed.hayes_modem; the
         ends of the i-th line, hosts sorted, are 5iii1 and 5iii2: `number`); `modem_lines`: their
         ports have DTR and DCD (else, as a pty, neither). `max_step`: the most the clock moves in one
-        step when nothing is due sooner."""
+        step when nothing is due sooner (what `run` polls its `done` by)."""
         self.now = 0.0
         self.modem_lines = modem_lines
         self._dcd: dict[tuple[str, str], bool] = {}  # (host, peer): DCD as last told to the host
         self.max_step = max_step
         self.seed = seed
-        self._deadlines: list[float | None] = []
         self.dir = Path(directory)
         self.channels: dict[tuple[str, str], Channel] = {}
         self.hosts: dict[str, SimHost] = {}
@@ -267,7 +309,7 @@ class SimNet:
             for modem, hid, peer in ((ends[0], a, b), (ends[1], b, a)):
                 if self._dcd.get((hid, peer), False) != modem.dcd and hid in self.hosts:
                     self._dcd[hid, peer] = modem.dcd
-                    self.hosts[hid].kernel.carrier(peer, modem.dcd, self.now)
+                    self.hosts[hid].carrier(peer, modem.dcd)
 
     def _said(self) -> None:
         """What the modems say to their hosts, for the next step."""
@@ -277,16 +319,23 @@ class SimNet:
                 if said:
                     self._to_dte.append((hid, peer, said))
 
-    def step(self) -> None:
-        """Move the clock to the next deadline or arrival (at most 0.1 s on), deliver what has
-        arrived, and run a pass on every host."""
-        arrivals = [ch.towards(s).next_arrival() for ch in self.channels.values() for s in "ab"]
-        modems = [m.next_deadline() for ends in self.modems.values() for m in ends]
-        pending = [t for t in [*self._deadlines, *arrivals, *modems] if t is not None]
+    def next_event(self) -> float | None:
+        """When something next happens: a host's pass, bytes arriving, a modem's timer."""
+        times = [h.due for h in self.hosts.values()]
+        times += [ch.towards(s).next_arrival() for ch in self.channels.values() for s in "ab"]
+        times += [m.next_deadline() for ends in self.modems.values() for m in ends]
         if self._to_dte:
-            pending.append(self.now)
-        step = self.max_step
-        self.now = min(max(min(pending, default=self.now + step), self.now + 1e-4), self.now + step)
+            times.append(self.now)
+        return min((t for t in times if t is not None), default=None)
+
+    def step(self, limit: float | None = None) -> None:
+        """Move the clock to the next event (at most `max_step` on, and not past `limit`), deliver
+        what has arrived, and run a pass on each host that has something to do then, as the daemon
+        does: after an input (within the time the core asked for) or at the core's deadline. A host
+        with nothing to do costs nothing, so a large network runs at the speed of its traffic."""
+        upto = self.now + self.max_step if limit is None else min(self.now + self.max_step, max(limit, self.now))
+        at = self.next_event()
+        self.now = min(max(upto if at is None else at, self.now + 1e-4), upto)
         for ends in self.modems.values():
             for modem in ends:
                 modem.tick(self.now)
@@ -294,15 +343,17 @@ class SimNet:
         self._carriers()
         said, self._to_dte = self._to_dte, []
         for hid, peer, data in said:
-            self.hosts[hid].kernel.line_data(peer, data, self.now)
+            self.hosts[hid].line_data(peer, data)
         for (a, b), ch in self.channels.items():
             for side, hid, peer in (("a", a, b), ("b", b, a)):
                 data = ch.towards(side).take(self.now)
                 if data and self.modems:
                     data = self._modem(hid, peer).from_wire(data)
                 if data and hid in self.hosts:
-                    self.hosts[hid].kernel.line_data(peer, data, self.now)
-        self._deadlines = [h.run_pass().deadline for h in self.hosts.values()]
+                    self.hosts[hid].line_data(peer, data)
+        for host in self.hosts.values():
+            if host.due is not None and host.due <= self.now:
+                host.run_pass()
 
     def run(self, done=lambda: None, until: float | None = None, duration: float = 60.0):
         """Step until `done()` returns something truthy (returned) or the time runs out (None)."""
@@ -311,5 +362,5 @@ class SimNet:
             got = done()
             if got:
                 return got
-            self.step()
+            self.step(limit=end + 1e-4)
         return done() or None

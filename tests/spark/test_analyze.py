@@ -17,9 +17,9 @@ from mccs.analytics.command import run_analysis, terminal_table
 from mccs.testbed.tracegen import generate, latency_stats, up_seconds
 
 pytestmark = pytest.mark.spark
-# The tests that take the session (tests/spark/conftest.py) are in xdist_group "spark" unless they
-# name another: those marked "spark-2" run in a second session on another worker under `./dev
-# test`, about half the time of the first group each, so that neither ends the run late.
+# The tests that take the session (tests/spark/conftest.py) are in xdist_group "spark": one worker,
+# one JVM. A second session on another worker cost the run some 20 CPU-seconds (its JVM's start and
+# warm-up) on two cores that the rest of the suite keeps busy.
 
 
 def _same(got, want, path=""):
@@ -85,7 +85,6 @@ def test_known_answers_with_wrap_and_malformed(spark, tmp_path):
         assert (tmp_path / "report" / name).stat().st_size > 0
 
 
-@pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(60)
 def test_a_local_session_runs_the_throughput_collector(spark):
     """A local master's JVM runs every task: the throughput collector, not G1 (issue 15)."""
@@ -130,7 +129,6 @@ def traces(tmp_path_factory) -> tuple[str, dict]:
 
 
 @pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
-@pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(300)  # about 40 s; 180 s once with the suite in parallel on a machine loaded besides
 def test_compact_to_parquet_gives_the_same_figures(spark, traces, tmp_path):
     from mccs.analytics.spark import compact
@@ -186,7 +184,6 @@ def _window_answers(events: list[dict], since: float, until: float) -> dict:
     }
 
 
-@pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(180)
 def test_since_until_window(spark, traces):
     root, answers = traces
@@ -258,7 +255,6 @@ def cluster(tmp_path):
 
 
 @pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
-@pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(300)
 def test_standalone_cluster_gives_the_local_figures(spark, traces, cluster, tmp_path):
     root, _ = traces
@@ -276,7 +272,6 @@ def test_standalone_cluster_gives_the_local_figures(spark, traces, cluster, tmp_
 
 
 @pytest.mark.slow  # over 30 s on 2 cores: in ./dev test -m slow, not the default run
-@pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(240)
 def test_loopback_traces_agree_with_its_verdict(spark, tmp_path, monkeypatch):
     from mccs.testbed import loopback
@@ -308,7 +303,6 @@ def test_loopback_traces_agree_with_its_verdict(spark, tmp_path, monkeypatch):
     assert traced["crc_failures"] > 0
 
 
-@pytest.mark.xdist_group("spark-2")
 @pytest.mark.timeout(180)
 def test_bench_ceiling_scans_read_every_event_of_both_forms(spark, traces, tmp_path):
     """`mccs bench analyze` sets the analysis against bare and full Spark scans of the same files."""

@@ -170,9 +170,9 @@ def test_a_transit_host_restored_from_a_backup_loses_nothing(tmp_path):
 def test_an_origin_restored_from_a_backup_sends_again_under_the_same_numbers_and_delivers_nothing_twice(tmp_path):
     net, flow = _in_custody(tmp_path)
     net.channel("AA", "BB").disconnect()
-    flow.send(4)  # numbered as they are stored: in the backup with their numbers
+    flow.send(4)  # numbered as they are handed to the line, the wire's lead apart: in the backup with their numbers
     aa = net["AA"].kernel
-    assert [b.pseq for b in aa.lists.send if not b.flags & NOTICE] == [3, 4, 5, 6]
+    assert net.run(lambda: [b.pseq for b in aa.lists.send if not b.flags & NOTICE] == [3, 4, 5, 6], duration=5)
     backup = net["AA"].backup()
     net.channel("AA", "BB").reconnect()
     flow.send(3)  # accepted after the backup: lost with AA's disk, but on their way before

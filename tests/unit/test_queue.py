@@ -101,12 +101,12 @@ def test_an_id_on_two_lists_is_ambiguous_and_seq_names_one():
 def test_a_held_message_is_not_sent_until_released_and_the_others_go_by(pair):
     aa, bb = pair["AA"], pair["BB"]
     pair.run(lambda: bb.kernel.lines["AA"].state is LineState.UP)
-    aa.kernel.port_state("BB", False, "unplugged", pair.now)  # the line is down while we choose
+    aa.port_state("BB", False, "unplugged")  # the line is down while we choose
     p = pair.client("AA", "P")
     first = p.send("BBR", b"first")["msg_id"]
     p.send("BBR", b"second")
     assert _queue(pair, "AA", "hold", msg=f"AA/{first}")["entry"]["state"] == "held"
-    aa.kernel.port_state("BB", True, "", pair.now)
+    aa.port_state("BB", True, "")
     assert pair.run(lambda: len(bb.kernel.lists.recv), duration=30)
     pair.run(duration=5)
     assert _texts(pair, "BB") == [b"second"]
@@ -191,6 +191,7 @@ def test_purging_a_large_message_in_transfer_corrupts_nothing(tmp_path):
     got = net.client("BB", "R").recv(wait=False)["msg"]
     assert got["msg_id"] == after and base64.b64decode(got["data"]) == b"next"
     assert net.client("BB", "R2").recv(wait=False)["msg"] is None  # the purged one never arrives
+    assert net.run(lambda: all(b.flags & NOTICE for b in aa.kernel.lists.send), duration=30)  # "next" acknowledged
     aa.crash()  # (what is left is the daemons' own: custody's probe, say)
     daemons = [b for b in aa.kernel.lists.send if b.flags & NOTICE]
     assert len(daemons) == len(aa.kernel.lists.send) and msg_id not in aa.kernel.ids.in_use
@@ -241,7 +242,7 @@ def test_a_message_the_line_holds_is_purged_when_the_line_gives_it_back(pair):
     del pair.hosts["BB"]  # BB falls silent: what AA hands its line stays unacknowledged
     p = pair.client("AA", "P")
     kept, purged = p.send("BBR", b"kept")["msg_id"], p.send("BBR", b"purged")["msg_id"]
-    pair.run(lambda: aa.kernel.lines.carrying(next(iter(aa.kernel.lists.send))), duration=5)
+    assert pair.run(lambda: all(aa.kernel.lines.carrying(b) for b in aa.kernel.lists.send), duration=5)
     assert _queue(pair, "AA", "purge", msg=str(kept))["pending"] == [f"AA/{kept}"]
     assert _queue(pair, "AA", "release", msg=str(kept))["note"].startswith("its purge")  # called off
     assert _queue(pair, "AA", "purge", msg=str(purged))["pending"] == [f"AA/{purged}"]

@@ -190,12 +190,12 @@ def test_a_program_starts_once_for_waiting_messages_and_backs_off_when_it_takes_
     s.send("AAPRNT", b"page 2")
     aa.run(duration=1.0)
     assert _starts(host) == ["AAPRNT"]  # at most one at a time
-    host.kernel.program_exited("AAPRNT", 1, aa.now)  # crashed: took nothing
+    host.program_exited("AAPRNT", 1)  # crashed: took nothing
     aa.run(duration=0.9)
     assert len(_starts(host)) == 1
     aa.run(duration=0.2)
     assert len(_starts(host)) == 2  # after 1 s
-    host.kernel.program_exited("AAPRNT", 1, aa.now)
+    host.program_exited("AAPRNT", 1)
     aa.run(duration=1.9)
     assert len(_starts(host)) == 2
     aa.run(duration=0.2)
@@ -203,7 +203,7 @@ def test_a_program_starts_once_for_waiting_messages_and_backs_off_when_it_takes_
     p = aa.client("AA", "PRNT")  # this one works: takes a page and exits
     assert _data(p.recv()) == b"page 1"
     p.close()
-    host.kernel.program_exited("AAPRNT", 0, aa.now)
+    host.program_exited("AAPRNT", 0)
     aa.run(duration=0.1)
     assert len(_starts(host)) == 4  # at once: page 2 waits
     assert len(host.kernel.lists.recv) == 1 and host.kernel.status()["programs"]["PRNT"]["running"]
