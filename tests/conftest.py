@@ -32,21 +32,21 @@ BEFORE_EPOCH = "7f2b271"  # line drivers with the BSC announcement, from before 
 # middle of the run, and all four workers on them at the end). A name here that no longer matches
 # only loses its place in the order.
 LONG_FIRST = (
-    "tests/integration/test_custody_restore.py",
-    "tests/integration/test_calls.py",
-    "tests/integration/test_epoch_daemons.py",
-    "tests/integration/test_routing_network.py::test_loopback_ring",
-    "tests/integration/test_crash_recovery.py",
-    "tests/spark/test_analyze_report.py::test_report_of_",      # (a JVM each: not all at the start)
-    "tests/integration/test_large_network.py",
+    "tests/spark/test_analyze_report.py::test_report_of_",      # (a JVM of its own, besides the session's)
     "tests/integration/test_network.py::test_three_hosts_mesh",
     "tests/integration/test_demo.py",
-    "tests/integration/test_priority_daemons.py::test_an_urgent_message_overtakes",
-    "tests/integration/test_network.py::test_loopback_command",
     "tests/integration/test_loopback_notices.py::test_ring_of_five",
+    "tests/integration/test_calls.py",
     "tests/integration/test_queue_daemons.py::test_queue_on_a_running",
-    "tests/integration/test_checkpoint_care.py::test_a_backup_taken_during_traffic",
+    "tests/integration/test_e2e_daemons.py",
+    "tests/integration/test_priority_daemons.py::test_an_urgent_message_goes_between",
+    "tests/integration/test_custody_restore.py",
+    "tests/integration/test_routing_network.py::test_receipts_cross",
+    "tests/integration/test_reliability.py::test_msg_ids_still_queued",
     "tests/integration/test_bench_route.py",
+    "tests/integration/test_signon_tamper.py",
+    "tests/integration/test_epoch_daemons.py",
+    "tests/integration/test_large_network.py",
     "tests/integration/test_line_over_pty.py",
 )
 
