@@ -76,7 +76,7 @@ class Checkpoint:
 
     @classmethod
     def in_memory(cls, host_id: str) -> "Checkpoint":
-        """A checkpoint with no file, for the simulator's hosts (tools/hostsim.py): the same schema,
+        """A checkpoint with no file, for the simulator's hosts (mccs/testbed/hostsim.py): the same schema,
         statements and reads, no lock and no disk; what it holds lives as long as the object (a
         simulated crash keeps it, as the disk would)."""
         cp = cls.__new__(cls)

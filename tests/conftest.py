@@ -116,19 +116,19 @@ def old_linedrivers(linedrivers_at):
     return linedrivers_at(OLD_COMMIT)
 
 
-# -- the daemon's core in memory (tools.hostsim): test_kernel, test_queue ----------------------------
+# -- the daemon's core in memory (mccs.testbed.hostsim): test_kernel, test_queue ----------------------------
 @pytest.fixture
 def alone(tmp_path):
     """Host AA with a line to BB that never answers (BB is not simulated): what is sent waits on
     SEND_LIST."""
-    from tools.hostsim import SimNet, line
+    from mccs.testbed.hostsim import SimNet, line
     return SimNet(tmp_path, {"AA": [line("BB")]})
 
 
 @pytest.fixture
 def pair(tmp_path):
     """Hosts AA and BB joined by one in-memory line (modules with a pair of their own override it)."""
-    from tools.hostsim import SimNet, line
+    from mccs.testbed.hostsim import SimNet, line
     return SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
 
 

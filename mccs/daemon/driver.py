@@ -1,6 +1,6 @@
 """The one driver of the daemon's core: how a pass's Effects are performed, and what a request
 needs from the checkpoint before the core sees it. The daemon (mccs.daemon.shell) and the in-memory
-simulator (tools/hostsim.py) both drive the Kernel through this module, so that a test in memory
+simulator (mccs/testbed/hostsim.py) both drive the Kernel through this module, so that a test in memory
 runs the daemon's own order of things.
 
 The order is the durability rule (docs/DESIGN.md sections 4.3 and 5): the pass's checkpoint

@@ -12,6 +12,8 @@ source checkout.
 - `tracegen`: synthetic traces with known answers (`mccs bench analyze` input), with
   `tracegen_spec` (what to generate), `tracegen_files` (rotated files), `tracegen_answers`.
 
-The test suite uses these too. What serves only the tests (tools/hostsim.py) stays in the
-checkout's tools/, which is not installed.
+- `hostsim`: daemon cores on a virtual clock, driven by the daemon's own driver (the unit tier's
+  network of hosts; `mccs bench scale` runs one of any size).
+
+The test suite uses these too.
 """

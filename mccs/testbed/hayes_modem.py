@@ -6,7 +6,7 @@ Two modems are joined as the two ends of one line, each with its number. `ATD<nu
 other (RING every RING_EVERY s), which answers with `ATA` or by itself after S0 rings; both then
 say `CONNECT <baud>` and pass data (the line paces it, with its noise). `+++` between guard times
 of silence (S12, 1 s) returns to command mode with the call held (`ATO` goes back, `ATH` hangs up);
-the other end then says `NO CARRIER`. In the simulator (tools/hostsim) its DTE may also have modem
+the other end then says `NO CARRIER`. In the simulator (mccs.testbed.hostsim) its DTE may also have modem
 lines: DTR dropped hangs up (&D2), and DCD is on during a call (&C1). A call to a modem off hook
 (dialling, ringing or in a call) finds it `BUSY`; one not answered in RINGS_MAX rings, `NO ANSWER`.
 Faults on demand: `busy`, `no_answer`, `no_dialtone`, `drop_after` (the carrier is lost that many

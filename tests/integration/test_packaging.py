@@ -1,6 +1,6 @@
 """The installed product: what `pip install mccs` puts in site-packages and what the `mccs`
-console script imports. The checkout's tools/ (test-only) is never installed nor imported by a
-command; Spark is the `analyze` extra, and the commands that need it say what to install."""
+console script imports. Only the product's packages are installed (no tests); Spark is the
+`analyze` extra, and the commands that need it say what to install."""
 import glob
 import json
 import os
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTALL = "pip install 'mccs[analyze]' (and a Java 17 runtime)"
 
 # Imports every command's module and builds every command's parser (which imports what the
-# command's arguments need, the bench kinds included), then names any module from tools/ (and
+# command's arguments need, the bench kinds included), then names any module of the tests (and
 # pyspark, which only running a Spark job may load).
 IMPORT_EVERY_COMMAND = """
 import importlib, json, sys
@@ -29,7 +29,7 @@ for m in sorted(mods):
 for name in mccs.cli.COMMANDS:
     mccs.cli.build_parser(name)
 import mccs.analytics.command, mccs.analytics.spark, mccs.analytics.schema, mccs.testbed.tracegen
-print(json.dumps({"tools": sorted(m for m in sys.modules if m == "tools" or m.startswith("tools.")),
+print(json.dumps({"tests": sorted(m for m in sys.modules if m.split(".")[0] in ("tests", "conftest")),
                   "pyspark": sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "matplotlib")),
                   "mccs": mccs.cli.__file__}))
 """
@@ -43,12 +43,12 @@ def _run(args, env_path, cwd, timeout=60, python_flags=()):
 
 
 @pytest.mark.timeout(60)
-def test_commands_import_nothing_from_tools():
-    """Run from the checkout, where tools/ could be imported: no command does."""
+def test_commands_import_nothing_from_the_tests_and_no_spark():
+    """Run from the checkout, where the tests could be imported: no command does."""
     r = _run(["-c", IMPORT_EVERY_COMMAND], [ROOT], ROOT)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    assert got["tools"] == []
+    assert got["tests"] == []
     assert got["pyspark"] == []          # building any command's parser loads no Spark
 
 
@@ -88,14 +88,14 @@ def test_without_spark_the_rest_works(no_spark, tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_wheel_ships_the_product_without_tools(tmp_path):
+def test_wheel_ships_the_product_and_nothing_else(tmp_path):
     """Build the wheel from a copy of the sources (so the checkout gets no build/ or egg-info),
     look inside, then run every command's import from the unpacked wheel alone."""
     src = tmp_path / "src"
     src.mkdir()
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("mccs", "linedrivers", "checkpoint", "tools"):
+    for name in ("mccs", "linedrivers", "checkpoint", "tests"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
                         str(src)], capture_output=True, text=True, timeout=170)
@@ -106,8 +106,7 @@ def test_wheel_ships_the_product_without_tools(tmp_path):
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         z.extractall(tmp_path / "site")
     tops = {n.split("/")[0] for n in names}
-    assert not any(n.startswith("tools/") for n in names), sorted(tops)
-    assert {"mccs", "linedrivers", "checkpoint"} <= tops
+    assert tops - {"mccs", "linedrivers", "checkpoint"} == {n.split("/")[0] for n in names if ".dist-info/" in n}, tops
     for module in ("mccs/analytics/spark.py", "mccs/analytics/schema.py", "mccs/analytics/command.py",
                    "mccs/testbed/vserial.py", "mccs/testbed/loopback.py", "mccs/testbed/demo.py",
                    "mccs/testbed/bench.py", "mccs/testbed/traffic.py", "mccs/testbed/tracegen.py"):
@@ -120,12 +119,12 @@ def test_wheel_ships_the_product_without_tools(tmp_path):
     # The unpacked wheel and the venv's third-party packages, nothing of the checkout: python -S
     # leaves out site (and the editable install's path hooks), the working folder is elsewhere.
     path = [tmp_path / "site", sysconfig.get_paths()["purelib"]]
-    r = _run(["-c", "import tools"], path, tmp_path, python_flags=["-S"])
-    assert r.returncode == 1 and "No module named 'tools'" in r.stderr, r.stderr
+    r = _run(["-c", "import tests"], path, tmp_path, python_flags=["-S"])
+    assert r.returncode == 1 and "No module named 'tests'" in r.stderr, r.stderr
     r = _run(["-c", IMPORT_EVERY_COMMAND], path, tmp_path, python_flags=["-S"])
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    assert got["tools"] == [] and got["mccs"].startswith(str(tmp_path / "site")), got
+    assert got["tests"] == [] and got["mccs"].startswith(str(tmp_path / "site")), got
 
 
 @pytest.mark.timeout(60)

@@ -2,7 +2,7 @@
 LARGE= between new stations, an old station signs on as docs/DESIGN.md 4.2 says and never takes the
 announcement for anything, segments are whole blocks, and a transmission cut by a line drop
 resumes at the first block the receiver lacks. Machine pairs on mccs.testbed.linesim, and daemons
-on tools.hostsim: a 1 MiB message over BSC, and routing across a BSC line."""
+on mccs.testbed.hostsim: a 1 MiB message over BSC, and routing across a BSC line."""
 from __future__ import annotations
 
 import base64
@@ -17,7 +17,7 @@ from linedrivers.bsc_codes import ASCII, EBCDIC
 from linedrivers.bsc_reader import BscReader
 from linedrivers.image import HEADER_SIZE
 from mccs.testbed.linesim import Channel, Harness, make_images, run_pair
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(300)
 

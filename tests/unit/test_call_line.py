@@ -11,8 +11,8 @@ from linedrivers.call_line import CallLine, CallState, CallTraced
 from linedrivers.hayes import Dialer
 from linedrivers.image import encode
 from mccs.testbed.hayes_modem import HayesModem
-from tools.hostsim import SimNet
-from tools.hostsim import line as line_config
+from mccs.testbed.hostsim import SimNet
+from mccs.testbed.hostsim import line as line_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -190,7 +190,7 @@ def test_a_call_hung_up_while_it_is_dialled_is_given_up_even_by_a_modem_that_ign
 
 
 def test_two_hosts_whose_ports_have_modem_lines_hang_up_by_dtr_through_the_daemon_s_own_driver(tmp_path):
-    """The core and its driver (tools.hostsim runs mccs.daemon.driver) with the defaults: a demand
+    """The core and its driver (mccs.testbed.hostsim runs mccs.daemon.driver) with the defaults: a demand
     line carries a message, then hangs up after idle_hangup (60 s) by dropping DTR for a second."""
     net = SimNet(tmp_path, {"AA": [line_config("BB", call="demand", dial="50002")],
                             "BB": [line_config("AA", answer=True)]}, modems=True, modem_lines=True)

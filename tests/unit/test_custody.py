@@ -17,7 +17,7 @@ from mccs.core import custody
 from mccs.core.custody import parse_ranges, ranges
 from mccs.core.envelope import NOTICE
 from mccs.core.notices import DAEMON_ROOM
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 
 def test_ranges_say_runs_as_long_as_they_fit():

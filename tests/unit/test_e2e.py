@@ -19,7 +19,7 @@ from mccs.core.e2e import Header, Keyring, Mode, Refused
 from mccs.core.lines import LineState
 from mccs.core.lists import BlockState
 from mccs.core.routing import INFINITY
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 A_PRIV, D_PRIV = bytes(range(1, 33)), bytes(range(33, 65))
 HEADER = Header("DDRECV", "AASEND", 513, 7, 3, envelope.RECEIPT, "0a0b0c0d", 42)

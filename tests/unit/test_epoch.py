@@ -12,7 +12,7 @@ from linedrivers.async_frames import SignOn
 from mccs.core import kernel
 from mccs.testbed.linesim import Channel, make_images, run_pair
 from tests.conftest import BEFORE_EPOCH
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(120)
 

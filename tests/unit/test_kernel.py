@@ -1,5 +1,5 @@
 """The daemon's core in memory: every rule of docs/DESIGN.md section 2 and the durability rules of
-sections 4.3 and 5, on `mccs.core.kernel.Kernel` through `tools.hostsim` (real checkpoint files, real
+sections 4.3 and 5, on `mccs.core.kernel.Kernel` through `mccs.testbed.hostsim` (real checkpoint files, real
 line machines over in-memory lines, a virtual clock; no daemon process, socket or port)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mccs.core.lines import GUESS_WAIT, READ_EARLY, LineState
 from mccs.core.msgids import DUP_WINDOW, KeyWindow, MsgIds
 from mccs.core.replies import Accepted
 from mccs.core.sessions import Creds
-from tools.hostsim import WALL0, SimNet, line
+from mccs.testbed.hostsim import WALL0, SimNet, line
 
 pytestmark = pytest.mark.timeout(60)
 

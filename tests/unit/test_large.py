@@ -14,7 +14,7 @@ from checkpoint import changes as ch
 from checkpoint.store import Checkpoint
 from mccs.core import segments
 from mccs.core.segments import Partial, Reassembly, Refused, Segment
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(300)
 

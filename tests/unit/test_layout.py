@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.timeout(30)
 
 CORE = Path(__file__).resolve().parents[2] / "mccs" / "core"
-UPWARD = ("mccs.daemon", "mccs.client", "mccs.cli", "mccs.testbed", "mccs.analytics", "tools")
+UPWARD = ("mccs.daemon", "mccs.client", "mccs.cli", "mccs.testbed", "mccs.analytics")
 IO = ("asyncio", "socket", "threading", "time", "random", "secrets", "sqlite3", "serial", "pwd", "grp", "os",
       "subprocess", "select", "checkpoint.store")
 

@@ -1,4 +1,4 @@
-"""Priorities, ping and quotas in the daemon's core, over simulated lines (tools.hostsim): the
+"""Priorities, ping and quotas in the daemon's core, over simulated lines (mccs.testbed.hostsim): the
 state machines in memory; tests/integration/test_priority_daemons.py runs the same over real daemons."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from checkpoint.store import SCHEMA_VERSION, Checkpoint
 from mccs.core import envelope
 from mccs.config import ProcessConfig
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 
 def _paced(net: SimNet, a: str, b: str, baud: int) -> None:

@@ -14,7 +14,7 @@ from mccs.core.lines import LineState, Recent
 from mccs.core.notices import owed
 from mccs.core.queue import select
 from mccs.core.requests import RequestError, parse_ref
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(120)
 

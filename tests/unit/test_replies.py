@@ -127,7 +127,7 @@ def test_effects_keep_the_typed_reply_for_a_connection_and_none_for_one_gone():
 
 
 def test_the_kernel_s_replies_through_the_simulated_shell_are_the_documented_objects(alone):
-    """docs/SOCKET.md's first example, as a client reads it (tools.hostsim frames each wire())."""
+    """docs/SOCKET.md's first example, as a client reads it (mccs.testbed.hostsim frames each wire())."""
     p, r = alone.client("AA", None), alone.client("AA", "R")
     hello = p.ask({"op": "hello", "name": "PAY"})
     assert _json(hello) == ('{"id":1,"ok":true,"process":"AAPAY ","host":"AA","max_message":128,"v":4,"codecs":%s}'

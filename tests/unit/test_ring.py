@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 HOSTS = ["AA", "BB", "CC", "DD", "EE"]
 

@@ -8,7 +8,7 @@ from mccs.config import RouteConfig
 from mccs.core.pairs import PairsIn, Verdict
 from mccs.core.lists import MSGBLOK
 from mccs.core.routing import INFINITY, RoutingTable, decode_vector, encode_vector
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(120)
 

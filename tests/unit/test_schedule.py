@@ -9,7 +9,7 @@ import pytest
 
 from mccs.config import ConfigError
 from mccs.core.schedule import Schedule, ScheduleError, parse
-from tools.hostsim import WALL0, SimNet, line
+from mccs.testbed.hostsim import WALL0, SimNet, line
 
 pytestmark = pytest.mark.timeout(120)
 HOUR = 3600.0

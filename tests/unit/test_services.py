@@ -1,4 +1,4 @@
-"""Services in the daemon's core, in memory (tools.hostsim: real checkpoint files, a virtual
+"""Services in the daemon's core, in memory (mccs.testbed.hostsim: real checkpoint files, a virtual
 clock): several handlers of a name, observers, request and reply, dispositions and programs
 started on demand. The same features with real daemons: tests/integration/test_services_daemons.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from mccs.config import ProcessConfig
 from mccs.core.sessions import Creds
-from tools.hostsim import SimNet, line
+from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(60)
 
