@@ -132,6 +132,7 @@ class LineControlBlock:
     backlog: list = field(default_factory=list)  # (machine event, when) taken outside the pass that handles them
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
     told: dict[str, int] | None = None  # the distances last sent to the peer
+    told_version: int = -1  # the routing table's version they were computed at
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
     features: tuple[str, ...] = ()  # what this sign-on agreed beyond docs/DESIGN.md (FEAT= at both ends)
     routed_before: bool = False  # a sign-on on this line agreed on routing (since the daemon started)
@@ -617,7 +618,12 @@ class Lines:
         return blk.parked_until > wall or blk.held or self.holds(blk, wall)
 
     def _advertise(self, lcb: LineControlBlock) -> None:
-        """A triggered update: the distances the peer has not heard yet, in as many messages as it takes."""
+        """A triggered update: the distances the peer has not heard yet, in as many messages as it takes.
+        Nothing to compute while the table has not changed since the last (a pass would otherwise
+        cost a walk of every known host on every line)."""
+        if lcb.told is not None and lcb.told_version == self.routes.version:
+            return
+        lcb.told_version = self.routes.version
         vector = self.routes.vector_for(lcb.peer)
         told = lcb.told or {}
         news = [(d, n) for d, n in vector.items() if told.get(d) != n]
@@ -627,8 +633,9 @@ class Lines:
         per_message = max(1, self.max_message // 6)  # "HH=NN " at most
         for i in range(0, len(news), per_message):
             data = encode_vector(dict(news[i:i + per_message]))
-            lcb.machine.send(envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, data,
-                                           Envelope(flags=envelope.ADVERT)))
+            image = envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, data, Envelope(flags=envelope.ADVERT))
+            lcb.counters["routing_bytes"] += len(image)  # what routing costs the line (its frames' images)
+            lcb.machine.send(image)
 
     def _send_some(self, lcb: LineControlBlock, fx: Effects, wall: float) -> None:
         """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it,

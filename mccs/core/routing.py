@@ -58,6 +58,7 @@ class RoutingTable:
         self.calls = set(calls)  # neighbours on lines that are calls: routes between calls too
         self.up: set[str] = set(self.calls)  # neighbours whose line is UP and negotiated routing (or is a call)
         self.heard: dict[str, dict[str, int]] = {}  # neighbour -> what it last said, destination -> distance
+        self.version = 0  # moves on with every recompute: a vector told at this version is still news-free
         self.best: dict[str, Route] = {}
         self.changed: list[Route] = []  # routes that changed since the caller last took them
         self._since: dict[str, float] = {}
@@ -143,7 +144,9 @@ class RoutingTable:
         return Route(dest, None, INFINITY, "none")
 
     def _recompute(self, now: float) -> list[Change]:
-        """Every route again; the hosts learned for the first time are remembered."""
+        """Every route again; the hosts learned for the first time are remembered. Each time, the
+        table's `version` moves on: what it would tell a neighbour may have changed."""
+        self.version += 1
         learned = {d for heard in self.heard.values() for d, dist in heard.items() if dist < INFINITY} - self.known
         learned.discard(self.host)
         self.known |= learned

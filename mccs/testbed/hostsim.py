@@ -56,8 +56,8 @@ class SimHost:
         self.keys = Keyring(cfg.id)  # its end-to-end keys: the test gives them (mccs.core.e2e)
         self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
-        self.passes: list[Effects] = []  # every pass's effects, oldest first
-        self.traces: list[TraceEvent] = []  # every trace event written, oldest first
+        self.passes: list[Effects] = []  # every pass's effects, oldest first (if the net records)
+        self.traces: list[TraceEvent] = []  # every trace event written, oldest first (if the net records)
         self.starts: list[StartProgram] = []  # every program the daemon would have started
         self.fail_next_commit = False
         self.crash_when = None  # a predicate of a pass's Effects: crash instead of committing that pass
@@ -105,7 +105,8 @@ class SimHost:
 
     def run_pass(self) -> Effects:
         fx = self.kernel.run_pass(self.net.now, WALL0 + self.net.now)
-        self.passes.append(fx)
+        if self.net.record:
+            self.passes.append(fx)
         self.due = fx.deadline
         if self.crash_when is not None and self.crash_when(fx):
             self.crash_when = None
@@ -120,7 +121,8 @@ class SimHost:
     # -- the simulated shell (mccs.daemon.driver.Shell) ------------------------------------------------------
     def emit_trace(self, ev: TraceEvent) -> None:
         """Kept, stamped as the daemon's writer stamps it: with the pass's wall time unless it has one."""
-        self.traces.append(ev if ev.at is not None else ev._replace(at=WALL0 + self.net.now))
+        if self.net.record:
+            self.traces.append(ev if ev.at is not None else ev._replace(at=WALL0 + self.net.now))
 
     def flush_traces(self) -> None:
         pass  # kept in memory: nothing to flush
@@ -245,18 +247,21 @@ def _b64(data: bytes) -> str:
 class SimNet:
     def __init__(self, directory: str | Path, hosts: dict[str, list[LineConfig]], *, seed: int = 0,
                  processes: dict[str, list[ProcessConfig]] | None = None, modems: bool = False,
-                 modem_lines: bool = False, max_step: float = 1.0, **host_keys):
+                 modem_lines: bool = False, max_step: float = 1.0, record: bool = True, **host_keys):
         """`modems`: an emulated Hayes modem at each end of every line (mccs.testbed.hayes_modem; the
         ends of the i-th line, hosts sorted, are 5iii1 and 5iii2: `number`); `modem_lines`: their
         ports have DTR and DCD (else, as a pty, neither). `max_step`: the most the clock moves in one
-        step when nothing is due sooner (what `run` polls its `done` by)."""
+        step when nothing is due sooner (what `run` polls its `done` by). `record`: keep every pass's
+        effects and trace events on its host (tests look at them; a large network cannot)."""
         self.now = 0.0
+        self.record = record
         self.modem_lines = modem_lines
         self._dcd: dict[tuple[str, str], bool] = {}  # (host, peer): DCD as last told to the host
         self.max_step = max_step
         self.seed = seed
         self.dir = Path(directory)
         self.channels: dict[tuple[str, str], Channel] = {}
+        self._busy: set[tuple[str, str]] = set()  # the channels with bytes on their way
         self.hosts: dict[str, SimHost] = {}
         for hid, lines in hosts.items():
             cfg = HostConfig(id=hid, socket=str(self.dir / f"{hid}.sock"), checkpoint=str(self.dir / f"{hid}.db"),
@@ -295,6 +300,7 @@ class SimNet:
             self._said()
         if dst in self.hosts:
             ch.outof("a" if src < dst else "b").write(data, self.now)
+            self._busy.add(_pair(src, dst))
 
     def _modem(self, host: str, peer: str) -> HayesModem:
         return self.modems[_pair(host, peer)][host > peer]
@@ -322,7 +328,7 @@ class SimNet:
     def next_event(self) -> float | None:
         """When something next happens: a host's pass, bytes arriving, a modem's timer."""
         times = [h.due for h in self.hosts.values()]
-        times += [ch.towards(s).next_arrival() for ch in self.channels.values() for s in "ab"]
+        times += [self.channels[key].towards(s).next_arrival() for key in self._busy for s in "ab"]
         times += [m.next_deadline() for ends in self.modems.values() for m in ends]
         if self._to_dte:
             times.append(self.now)
@@ -344,13 +350,16 @@ class SimNet:
         said, self._to_dte = self._to_dte, []
         for hid, peer, data in said:
             self.hosts[hid].line_data(peer, data)
-        for (a, b), ch in self.channels.items():
+        for a, b in list(self._busy):
+            ch = self.channels[a, b]
             for side, hid, peer in (("a", a, b), ("b", b, a)):
                 data = ch.towards(side).take(self.now)
                 if data and self.modems:
                     data = self._modem(hid, peer).from_wire(data)
                 if data and hid in self.hosts:
                     self.hosts[hid].line_data(peer, data)
+            if ch.ab.next_arrival() is None and ch.ba.next_arrival() is None:
+                self._busy.discard((a, b))
         for host in self.hosts.values():
             if host.due is not None and host.due <= self.now:
                 host.run_pass()

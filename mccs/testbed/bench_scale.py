@@ -1,0 +1,311 @@
+"""`mccs bench scale`: a network of daemon cores of any size in memory (mccs.testbed.hostsim), on
+a virtual clock, with lines paced at their baud, cuts and kills: how long routing takes to learn
+every host after the start and after each event, what routing costs each line, and whether a
+sample of pairs sending all the time gets every message exactly once and in order (issue 38).
+
+Every host has the defaults of a host's config but for its lines' baud. A cut takes a line out for
+a third of the time between events; a kill is kill -9 with the host away for 30 s, then restarted
+from its checkpoint. Routes have converged when, for every destination, the next hops of the hosts
+that can reach it (over the lines up now) lead to it without a loop.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import random
+import resource
+import string
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from mccs.config import LineConfig
+
+SHAPES = ("ring", "tree", "grid", "mesh")
+KILLED_FOR = 30.0  # seconds a killed host stays away
+SETTLE = 120.0  # seconds of no events at the end, for what is on its way to arrive
+ID_CHARS = string.ascii_uppercase + string.digits  # 36 x 36 host ids
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hosts", type=int, default=50, help="hosts in the network (default: %(default)s)")
+    p.add_argument("--shape", choices=SHAPES, default="mesh",
+                   help="ring; binary tree; square grid; mesh: random, average degree 3 (default: %(default)s)")
+    p.add_argument("--baud", type=int, default=9600, help="every line's speed (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=600.0, help="simulated seconds of traffic (default: %(default)s)")
+    p.add_argument("--cuts", type=int, default=2, help="lines cut (and healed) during the run (default: %(default)s)")
+    p.add_argument("--kills", type=int, default=1, help="hosts killed (kill -9, back 30 s later) (default: %(default)s)")
+    p.add_argument("--pairs", type=int, default=50, help="pairs of hosts sending all the time (default: %(default)s)")
+    p.add_argument("--rate", type=float, default=3.0,
+                   help="messages a second, all pairs together (default: %(default)s: 10,800 an hour)")
+    p.add_argument("--seed", type=int, default=1, help="the topology's, the traffic's and the events' (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="the figures as JSON")
+
+
+def host_ids(n: int) -> list[str]:
+    if not 2 <= n <= len(ID_CHARS) ** 2:
+        raise ValueError(f"--hosts must be 2 to {len(ID_CHARS) ** 2}")
+    return [a + b for a in ID_CHARS for b in ID_CHARS][:n]
+
+
+def topology(shape: str, hosts: list[str], rng: random.Random) -> list[tuple[str, str]]:
+    """The lines of a network of this shape, as pairs of host ids."""
+    n = len(hosts)
+    if shape == "ring":
+        idx = [(i, (i + 1) % n) for i in range(n if n > 2 else 1)]
+    elif shape == "tree":
+        idx = [((i - 1) // 2, i) for i in range(1, n)]
+    elif shape == "grid":
+        w = max(1, round(n ** 0.5))
+        idx = [(i, i + 1) for i in range(n - 1) if (i + 1) % w] + [(i, i + w) for i in range(n - w)]
+    else:  # a random spanning tree, then random lines until the average degree is 3
+        idx = [(rng.randrange(i), i) for i in range(1, n)]
+        have = {tuple(sorted(e)) for e in idx}
+        while len(have) < min(3 * n // 2, n * (n - 1) // 2):
+            have.add(tuple(sorted(rng.sample(range(n), 2))))
+        idx = sorted(have)
+    return [(hosts[a], hosts[b]) for a, b in idx]
+
+
+@dataclass
+class Flow:
+    """One pair's messages: sequence numbers sent (accepted) and received, in order of arrival."""
+    src: str
+    dst: str
+    sent: int = 0
+    accepted: set[int] = field(default_factory=set)
+    got: list[int] = field(default_factory=list)  # as handed to the receiver, again after a restart too
+    confirmed: set[int] = field(default_factory=set)  # their confirms committed: never to be handed again
+    duplicated: int = 0
+
+
+class Scale:
+    """The network, its traffic and its events, stepped on the simulator's clock."""
+
+    def __init__(self, args: argparse.Namespace, directory: str):
+        from mccs.testbed.hostsim import SimNet
+        self.rng = random.Random(args.seed)
+        self.ids = host_ids(args.hosts)
+        self.edges = topology(args.shape, self.ids, self.rng)
+        lines: dict[str, list[LineConfig]] = {h: [] for h in self.ids}
+        for a, b in self.edges:
+            lines[a].append(LineConfig(peer=b, port=f"sim://{b}", baud=args.baud))
+            lines[b].append(LineConfig(peer=a, port=f"sim://{a}", baud=args.baud))
+        self.net = SimNet(directory, lines, seed=args.seed, record=False)
+        for ch in self.net.channels.values():
+            ch.ab.imp.baud = ch.ba.imp.baud = args.baud
+        self.cut: set[tuple[str, str]] = set()
+        self.away: dict[str, object] = {}  # killed hosts, until they come back
+        pairs = min(args.pairs, len(self.ids) * (len(self.ids) - 1))
+        chosen: set[tuple[str, str]] = set()
+        while len(chosen) < pairs:
+            chosen.add(tuple(self.rng.sample(self.ids, 2)))  # type: ignore[arg-type]
+        self.flows = [Flow(a, b) for a, b in sorted(chosen)]
+        self.destinations = sorted({f.dst for f in self.flows})
+        self.senders: dict[str, object] = {}
+        self.receivers: dict[str, tuple[object, int, list]] = {}  # host -> client, its waiting RECV, what it confirms
+        self.pending: dict[tuple[str, int], tuple[Flow, int]] = {}  # (host, rid) -> the SEND's flow and seq
+        self.routing_bytes: Counter = Counter()  # per line, what killed hosts' lines had counted
+
+    # -- what the test of convergence sees ----------------------------------------------------
+    def _up(self) -> dict[str, set[str]]:
+        nbrs: dict[str, set[str]] = {h: set() for h in self.ids if h not in self.away}
+        for a, b in self.edges:
+            if (a, b) not in self.cut and a in nbrs and b in nbrs:
+                nbrs[a].add(b)
+                nbrs[b].add(a)
+        return nbrs
+
+    def converged(self) -> bool:
+        """Every host that can reach a destination has a next hop to it that leads there."""
+        nbrs = self._up()
+        for dest in nbrs:
+            reach, todo = {dest}, [dest]
+            while todo:
+                for n in nbrs[todo.pop()]:
+                    if n not in reach:
+                        reach.add(n)
+                        todo.append(n)
+            ok = {dest}
+            for h in reach:
+                path, at = [], h
+                while at not in ok:
+                    path.append(at)
+                    at = self.net[at].kernel.routes.next_hop(dest)
+                    if at is None or at not in nbrs.get(path[-1], ()) or at in path:
+                        return False
+                ok.update(path)
+        return True
+
+    # -- traffic ----------------------------------------------------------------------------------
+    def send_one(self) -> None:
+        index = self.rng.randrange(len(self.flows))
+        flow = self.flows[index]
+        if flow.src in self.away:
+            return
+        flow.sent += 1
+        if flow.src not in self.senders:
+            self.senders[flow.src] = self.net.client(flow.src, "S")
+        c = self.senders[flow.src]
+        body = f"{index} {flow.sent}".encode()
+        rid = c.request({"op": "send", "to": flow.dst + "R", "data": base64.b64encode(body).decode()})
+        self.pending[flow.src, rid] = (flow, flow.sent)
+
+    def collect(self) -> None:
+        """Replies to the SENDs (accepted or not) and the messages the receivers were handed."""
+        for (host, rid), (flow, seq) in list(self.pending.items()):
+            c = self.senders.get(host)
+            reply = c.reply(rid) if c is not None else None
+            if reply is not None:
+                del self.pending[host, rid]
+                if reply.get("ok"):
+                    flow.accepted.add(seq)
+        for host in self.destinations:
+            if host in self.away:
+                continue
+            if host not in self.receivers:
+                c = self.net.client(host, "R")
+                self.receivers[host] = (c, c.request({"op": "recv", "wait": True}), [])
+            c, rid, confirming = self.receivers[host]
+            reply = c.reply(rid)
+            if reply is None:
+                continue
+            for flow, seq in confirming:  # the RECV's reply comes after its confirms' commit
+                flow.confirmed.add(seq)
+            msg, confirm, confirming = reply.get("msg"), [], []
+            if msg:
+                index, seq = map(int, base64.b64decode(msg["data"]).split())
+                flow = self.flows[index]
+                flow.duplicated += seq in flow.confirmed  # (one handed again, unconfirmed, after a restart is not)
+                flow.got.append(seq)
+                confirm, confirming = [msg["rid"]], [(flow, seq)]
+            self.receivers[host] = (c, c.request({"op": "recv", "wait": True, "confirm": confirm}), confirming)
+
+    # -- events -----------------------------------------------------------------------------------
+    def kill(self, host: str) -> None:
+        self.routing_bytes.update(self.routing_bytes_of(host))
+        self.away[host] = self.net.hosts.pop(host)
+        self.senders.pop(host, None)
+        self.receivers.pop(host, None)
+        for key in [k for k in self.pending if k[0] == host]:
+            del self.pending[key]
+
+    def routing_bytes_of(self, host: str) -> Counter:
+        """The routing updates' bytes this host's lines have sent since it started."""
+        core = (self.net.hosts.get(host) or self.away[host]).kernel  # type: ignore[attr-defined]
+        return Counter({tuple(sorted((host, peer))): lcb.counters.get("routing_bytes", 0)
+                        for peer, lcb in core.lines.lcbs.items()})
+
+    def revive(self, host: str) -> None:
+        self.net.hosts[host] = self.away.pop(host)  # type: ignore[assignment]
+        self.net[host].crash()  # memory gone; the checkpoint as of its last commit
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        out = measure(args)
+    except ValueError as e:
+        print(f"mccs bench scale: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1) if args.json else table(out))
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict:
+    if args.shape not in SHAPES:
+        raise ValueError(f"--shape must be one of {', '.join(SHAPES)}")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as d:
+        s = Scale(args, d)
+        net = s.net
+        events = _events(args, s)
+        converge = [{"event": "start", "at": 0.0, "seconds": None}]
+        next_send, next_check = 0.0, 0.0
+        end = args.duration + SETTLE
+        while net.now < end:
+            if events and events[0][0] <= net.now:
+                at, what, target = events.pop(0)
+                if what == "cut":
+                    s.cut.add(target)
+                    net.channel(*target).disconnect()
+                elif what == "heal":
+                    s.cut.discard(target)
+                    net.channel(*target).reconnect()
+                elif what == "kill":
+                    s.kill(target)
+                else:
+                    s.revive(target)
+                converge.append({"event": f"{what} {'-'.join(target) if isinstance(target, tuple) else target}",
+                                 "at": round(net.now, 1), "seconds": None})
+            if net.now >= next_check:
+                next_check = net.now + 1.0
+                last = converge[-1]
+                if last["seconds"] is None and s.converged():
+                    last["seconds"] = round(net.now - last["at"], 1)
+            while net.now >= next_send and next_send < args.duration:
+                s.send_one()
+                next_send += s.rng.expovariate(args.rate)
+            s.collect()
+            limit = min(t for t in (next_send if next_send < args.duration else end, next_check, end,
+                                    events[0][0] if events else end))
+            net.step(limit=limit)
+        return _figures(args, s, converge, time.monotonic() - t0)
+
+
+def _events(args: argparse.Namespace, s: Scale) -> list[tuple[float, str, object]]:
+    """Cuts and kills spread evenly over the run, taking turns; a cut heals a third of the gap later."""
+    kinds = ["cut"] * args.cuts + ["kill"] * args.kills
+    s.rng.shuffle(kinds)
+    gap = args.duration / (len(kinds) + 1)
+    out: list[tuple[float, str, object]] = []
+    for i, kind in enumerate(kinds, 1):
+        at = i * gap
+        if kind == "cut":
+            edge = s.rng.choice(s.edges)
+            out += [(at, "cut", edge), (at + gap / 3, "heal", edge)]
+        else:
+            host = s.rng.choice(s.ids)
+            out += [(at, "kill", host), (at + min(KILLED_FOR, gap / 2), "revive", host)]
+    return sorted(out, key=lambda e: e[0])
+
+
+def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: float) -> dict:
+    capacity = args.baud / 10 * s.net.now  # bytes a line can carry one way over the run
+    per_line = Counter(s.routing_bytes)
+    for h in s.ids:
+        per_line.update(s.routing_bytes_of(h))
+    accepted = sum(len(f.accepted) for f in s.flows)
+    delivered = sum(len(set(f.got) & f.accepted) for f in s.flows)
+    duplicated = sum(f.duplicated for f in s.flows)
+    reordered = sum(sum(1 for a, b in zip(f.got, f.got[1:]) if b < a and b not in f.got[:f.got.index(a)])
+                    for f in s.flows)  # (not counting one handed again after a restart)
+    lines = max(1, len(s.edges))
+    worst = max(per_line.values(), default=0)
+    return {"hosts": args.hosts, "shape": args.shape, "lines": len(s.edges), "baud": args.baud,
+            "duration": args.duration, "simulated": round(s.net.now, 1), "seed": args.seed,
+            "converged": converge,
+            "routing_bytes": {"max": worst, "mean": round(sum(per_line.values()) / lines, 1),
+                              "max_share": round(worst / (2 * capacity), 6) if capacity else 0.0},
+            "messages": {"accepted": accepted, "delivered": delivered, "lost": accepted - delivered,
+                         "duplicated": duplicated, "reordered": reordered},
+            "wall_seconds": round(wall, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "rss_per_host_kb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / args.hosts, 1)}
+
+
+def table(out: dict) -> str:
+    m, r = out["messages"], out["routing_bytes"]
+    conv = "  ".join(f"{c['event']} at {c['at']:g} s: " + ("never" if c["seconds"] is None else f"{c['seconds']:g} s")
+                     for c in out["converged"])
+    return "\n".join([
+        f"mccs bench scale: {out['hosts']} hosts, {out['shape']} of {out['lines']} lines at {out['baud']} baud, "
+        f"{out['duration']:g} s of traffic (+{SETTLE:g} s settling), seed {out['seed']}",
+        f"  routes converged    {conv}",
+        f"  routing bytes/line  max {r['max']:,}  mean {r['mean']:,}  (max {100 * r['max_share']:.3f}% of the line)",
+        f"  messages            accepted {m['accepted']:,}  delivered once {m['delivered']:,}  lost {m['lost']}  "
+        f"duplicated {m['duplicated']}  reordered {m['reordered']}",
+        f"  wall time           {out['wall_seconds']:g} s   peak memory {out['peak_rss_mb']:g} MB "
+        f"({out['rss_per_host_kb']:g} kB a host)"])
