@@ -633,7 +633,8 @@ class Lines:
         per_message = max(1, self.max_message // 6)  # "HH=NN " at most
         for i in range(0, len(news), per_message):
             data = encode_vector(dict(news[i:i + per_message]))
-            image = envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, data, Envelope(flags=envelope.ADVERT))
+            image = envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, data,
+                                  Envelope(flags=envelope.ADVERT))
             lcb.counters["routing_bytes"] += len(image)  # what routing costs the line (its frames' images)
             lcb.machine.send(image)
 

@@ -87,8 +87,9 @@ class RoutingTable:
         """What `peer` says it reaches (a partial update: the destinations it names)."""
         if not self.learn or peer not in self.up:
             return []
-        self.heard[peer].update({d: min(max(dist, 0), INFINITY) for d, dist in vector.items() if d != self.host})
-        return self._recompute(now)
+        said = {d: min(max(dist, 0), INFINITY) for d, dist in vector.items() if d != self.host}
+        self.heard[peer].update(said)
+        return self._recompute(now, said)
 
     # -- answers -------------------------------------------------------------------------------
     def take_changes(self) -> list[Route]:
@@ -143,19 +144,25 @@ class RoutingTable:
             return Route(dest, self.static[DEFAULT], INFINITY, "default")
         return Route(dest, None, INFINITY, "none")
 
-    def _recompute(self, now: float) -> list[Change]:
-        """Every route again; the hosts learned for the first time are remembered. Each time, the
-        table's `version` moves on: what it would tell a neighbour may have changed."""
-        self.version += 1
-        learned = {d for heard in self.heard.values() for d, dist in heard.items() if dist < INFINITY} - self.known
-        learned.discard(self.host)
+    def _recompute(self, now: float, dests: Iterable[str] | None = None) -> list[Change]:
+        """The routes to `dests` again (an update changes only the destinations it names), or every
+        route (a line came or went); the hosts learned for the first time are remembered. When a
+        route changed, or every route was chosen again, the table's `version` moves on: what it
+        would tell a neighbour may have changed."""
+        names = {d for heard in self.heard.values() for d in heard} if dests is None else set(dests)
+        learned = {d for d in names if any(heard.get(d, INFINITY) < INFINITY for heard in self.heard.values())}
+        learned -= self.known | {self.host}
         self.known |= learned
-        for dest in self.known:
+        moved = dests is None
+        for dest in self.known if dests is None else sorted(names & self.known):
             route = self._choose(dest)
             if self.best.get(dest) != route:
                 self.best[dest] = route
                 self._since[dest] = now
                 self.changed.append(route)
+                moved = True
+        if moved:
+            self.version += 1
         return [ch.add_known_host(d) for d in sorted(learned)]
 
 

@@ -14,7 +14,7 @@ KINDS = {
     "memory": "the daemons' memory while one large message (16 MiB) is carried over a line",
     "calls": "what a call costs on a demand line over emulated Hayes modems: set-up, bytes, data share",
     "hub": "a hub daemon forwarding between N leaves: each line's goodput against alone, the hub's CPU a message",
-    "scale": "a network of any size in memory: routes converged after each cut and kill, routing bytes a line, exactly once",
+    "scale": "a network of any size in memory: convergence after cuts and kills, routing bytes a line, exactly once",
 }
 
 

@@ -4,7 +4,7 @@ every host after the start and after each event, what routing costs each line, a
 sample of pairs sending all the time gets every message exactly once and in order (issue 38).
 
 Every host has the defaults of a host's config but for its lines' baud. A cut takes a line out for
-a third of the time between events; a kill is kill -9 with the host away for 30 s, then restarted
+a third of the time between events; a kill is kill -9 with the host away for 60 s, then restarted
 from its checkpoint. Routes have converged when, for every destination, the next hops of the hosts
 that can reach it (over the lines up now) lead to it without a loop.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from mccs.config import LineConfig
 
 SHAPES = ("ring", "tree", "grid", "mesh")
-KILLED_FOR = 30.0  # seconds a killed host stays away
+KILLED_FOR = 60.0  # seconds a killed host stays away (longer than its neighbours take to see it gone)
 SETTLE = 120.0  # seconds of no events at the end, for what is on its way to arrive
 ID_CHARS = string.ascii_uppercase + string.digits  # 36 x 36 host ids
 
@@ -35,13 +35,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=SHAPES, default="mesh",
                    help="ring; binary tree; square grid; mesh: random, average degree 3 (default: %(default)s)")
     p.add_argument("--baud", type=int, default=9600, help="every line's speed (default: %(default)s)")
-    p.add_argument("--duration", type=float, default=600.0, help="simulated seconds of traffic (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=600.0,
+                   help="simulated seconds of traffic (default: %(default)s)")
     p.add_argument("--cuts", type=int, default=2, help="lines cut (and healed) during the run (default: %(default)s)")
-    p.add_argument("--kills", type=int, default=1, help="hosts killed (kill -9, back 30 s later) (default: %(default)s)")
+    p.add_argument("--kills", type=int, default=1, help="hosts killed (kill -9, back 60 s later) (default: %(default)s)")
     p.add_argument("--pairs", type=int, default=50, help="pairs of hosts sending all the time (default: %(default)s)")
     p.add_argument("--rate", type=float, default=3.0,
                    help="messages a second, all pairs together (default: %(default)s: 10,800 an hour)")
-    p.add_argument("--seed", type=int, default=1, help="the topology's, the traffic's and the events' (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="of the topology, the traffic and the events (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="the figures as JSON")
 
 
@@ -80,6 +82,7 @@ class Flow:
     got: list[int] = field(default_factory=list)  # as handed to the receiver, again after a restart too
     confirmed: set[int] = field(default_factory=set)  # their confirms committed: never to be handed again
     duplicated: int = 0
+    refused: int = 0  # SENDs refused (a host not known here: no route learned to it)
 
 
 class Scale:
@@ -163,6 +166,8 @@ class Scale:
                 del self.pending[host, rid]
                 if reply.get("ok"):
                     flow.accepted.add(seq)
+                else:
+                    flow.refused += 1
         for host in self.destinations:
             if host in self.away:
                 continue
@@ -283,13 +288,17 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
     reordered = sum(sum(1 for a, b in zip(f.got, f.got[1:]) if b < a and b not in f.got[:f.got.index(a)])
                     for f in s.flows)  # (not counting one handed again after a restart)
     lines = max(1, len(s.edges))
+    held = sum(1 for h in s.ids for blk in (s.net.hosts.get(h) or s.away[h]).kernel.lists.send  # type: ignore[attr-defined]
+               if blk.to_id[2:] == "R   ")  # accepted, waiting for a route still
     worst = max(per_line.values(), default=0)
     return {"hosts": args.hosts, "shape": args.shape, "lines": len(s.edges), "baud": args.baud,
             "duration": args.duration, "simulated": round(s.net.now, 1), "seed": args.seed,
             "converged": converge,
             "routing_bytes": {"max": worst, "mean": round(sum(per_line.values()) / lines, 1),
                               "max_share": round(worst / (2 * capacity), 6) if capacity else 0.0},
-            "messages": {"accepted": accepted, "delivered": delivered, "lost": accepted - delivered,
+            "messages": {"refused": sum(f.refused for f in s.flows), "accepted": accepted, "delivered": delivered,
+                         "waiting": held,
+                         "lost": accepted - delivered - held,
                          "duplicated": duplicated, "reordered": reordered},
             "wall_seconds": round(wall, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -305,7 +314,9 @@ def table(out: dict) -> str:
         f"{out['duration']:g} s of traffic (+{SETTLE:g} s settling), seed {out['seed']}",
         f"  routes converged    {conv}",
         f"  routing bytes/line  max {r['max']:,}  mean {r['mean']:,}  (max {100 * r['max_share']:.3f}% of the line)",
-        f"  messages            accepted {m['accepted']:,}  delivered once {m['delivered']:,}  lost {m['lost']}  "
+        f"  messages            refused {m['refused']:,}  accepted {m['accepted']:,}  "
+        f"delivered once {m['delivered']:,}  "
+        f"waiting for a route {m['waiting']:,}  lost {m['lost']}  "
         f"duplicated {m['duplicated']}  reordered {m['reordered']}",
         f"  wall time           {out['wall_seconds']:g} s   peak memory {out['peak_rss_mb']:g} MB "
         f"({out['rss_per_host_kb']:g} kB a host)"])
