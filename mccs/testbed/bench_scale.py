@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=600.0,
                    help="simulated seconds of traffic (default: %(default)s)")
     p.add_argument("--cuts", type=int, default=2, help="lines cut (and healed) during the run (default: %(default)s)")
-    p.add_argument("--kills", type=int, default=1, help="hosts killed (kill -9, back 60 s later) (default: %(default)s)")
+    p.add_argument("--kills", type=int, default=1,
+                   help="hosts killed (kill -9; back 60 s later) (default: %(default)s)")
     p.add_argument("--pairs", type=int, default=50, help="pairs of hosts sending all the time (default: %(default)s)")
     p.add_argument("--rate", type=float, default=3.0,
                    help="messages a second, all pairs together (default: %(default)s: 10,800 an hour)")
