@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mccs.config import LineConfig
+from mccs.testbed.hostsim import SimClient, SimHost, SimNet
 
 SHAPES = ("ring", "tree", "grid", "mesh")
 KILLED_FOR = 60.0  # seconds a killed host stays away (longer than its neighbours take to see it gone)
@@ -65,12 +66,23 @@ def topology(shape: str, hosts: list[str], rng: random.Random) -> list[tuple[str
         w = max(1, round(n ** 0.5))
         idx = [(i, i + 1) for i in range(n - 1) if (i + 1) % w] + [(i, i + w) for i in range(n - w)]
     else:  # a random spanning tree, then random lines until the average degree is 3
-        idx = [(rng.randrange(i), i) for i in range(1, n)]
-        have = {tuple(sorted(e)) for e in idx}
+        have = {(rng.randrange(i), i) for i in range(1, n)}
         while len(have) < min(3 * n // 2, n * (n - 1) // 2):
-            have.add(tuple(sorted(rng.sample(range(n), 2))))
+            a, b = sorted(rng.sample(range(n), 2))
+            have.add((a, b))
         idx = sorted(have)
     return [(hosts[a], hosts[b]) for a, b in idx]
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float
+    what: str  # cut, heal, kill, revive
+    line: tuple[str, str] = ("", "")  # a cut's and a heal's
+    host: str = ""  # a kill's and a revive's
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.host or '-'.join(self.line)}"
 
 
 @dataclass
@@ -90,7 +102,6 @@ class Scale:
     """The network, its traffic and its events, stepped on the simulator's clock."""
 
     def __init__(self, args: argparse.Namespace, directory: str):
-        from mccs.testbed.hostsim import SimNet
         self.rng = random.Random(args.seed)
         self.ids = host_ids(args.hosts)
         self.edges = topology(args.shape, self.ids, self.rng)
@@ -102,15 +113,15 @@ class Scale:
         for ch in self.net.channels.values():
             ch.ab.imp.baud = ch.ba.imp.baud = args.baud
         self.cut: set[tuple[str, str]] = set()
-        self.away: dict[str, object] = {}  # killed hosts, until they come back
+        self.away: dict[str, SimHost] = {}  # killed hosts, until they come back
         pairs = min(args.pairs, len(self.ids) * (len(self.ids) - 1))
         chosen: set[tuple[str, str]] = set()
         while len(chosen) < pairs:
             chosen.add(tuple(self.rng.sample(self.ids, 2)))  # type: ignore[arg-type]
         self.flows = [Flow(a, b) for a, b in sorted(chosen)]
         self.destinations = sorted({f.dst for f in self.flows})
-        self.senders: dict[str, object] = {}
-        self.receivers: dict[str, tuple[object, int, list]] = {}  # host -> client, its waiting RECV, what it confirms
+        self.senders: dict[str, SimClient] = {}
+        self.receivers: dict[str, tuple[SimClient, int, list]] = {}  # host -> client, its RECV, what that confirms
         self.pending: dict[tuple[str, int], tuple[Flow, int]] = {}  # (host, rid) -> the SEND's flow and seq
         self.routing_bytes: Counter = Counter()  # per line, what killed hosts' lines had counted
 
@@ -135,8 +146,10 @@ class Scale:
                         todo.append(n)
             ok = {dest}
             for h in reach:
-                path, at = [], h
+                path: list[str] = []
+                at: str | None = h
                 while at not in ok:
+                    assert at is not None
                     path.append(at)
                     at = self.net[at].kernel.routes.next_hop(dest)
                     if at is None or at not in nbrs.get(path[-1], ()) or at in path:
@@ -201,12 +214,12 @@ class Scale:
 
     def routing_bytes_of(self, host: str) -> Counter:
         """The routing updates' bytes this host's lines have sent since it started."""
-        core = (self.net.hosts.get(host) or self.away[host]).kernel  # type: ignore[attr-defined]
+        core = (self.net.hosts.get(host) or self.away[host]).kernel
         return Counter({tuple(sorted((host, peer))): lcb.counters.get("routing_bytes", 0)
                         for peer, lcb in core.lines.lcbs.items()})
 
     def revive(self, host: str) -> None:
-        self.net.hosts[host] = self.away.pop(host)  # type: ignore[assignment]
+        self.net.hosts[host] = self.away.pop(host)
         self.net[host].crash()  # memory gone; the checkpoint as of its last commit
 
 
@@ -228,24 +241,23 @@ def measure(args: argparse.Namespace) -> dict:
         s = Scale(args, d)
         net = s.net
         events = _events(args, s)
-        converge = [{"event": "start", "at": 0.0, "seconds": None}]
+        converge: list[dict] = [{"event": "start", "at": 0.0, "seconds": None}]
         next_send, next_check = 0.0, 0.0
         end = args.duration + SETTLE
         while net.now < end:
-            if events and events[0][0] <= net.now:
-                at, what, target = events.pop(0)
-                if what == "cut":
-                    s.cut.add(target)
-                    net.channel(*target).disconnect()
-                elif what == "heal":
-                    s.cut.discard(target)
-                    net.channel(*target).reconnect()
-                elif what == "kill":
-                    s.kill(target)
+            if events and events[0].at <= net.now:
+                ev = events.pop(0)
+                if ev.what == "cut":
+                    s.cut.add(ev.line)
+                    net.channel(*ev.line).disconnect()
+                elif ev.what == "heal":
+                    s.cut.discard(ev.line)
+                    net.channel(*ev.line).reconnect()
+                elif ev.what == "kill":
+                    s.kill(ev.host)
                 else:
-                    s.revive(target)
-                converge.append({"event": f"{what} {'-'.join(target) if isinstance(target, tuple) else target}",
-                                 "at": round(net.now, 1), "seconds": None})
+                    s.revive(ev.host)
+                converge.append({"event": str(ev), "at": round(net.now, 1), "seconds": None})
             if net.now >= next_check:
                 next_check = net.now + 1.0
                 last = converge[-1]
@@ -256,26 +268,26 @@ def measure(args: argparse.Namespace) -> dict:
                 next_send += s.rng.expovariate(args.rate)
             s.collect()
             limit = min(t for t in (next_send if next_send < args.duration else end, next_check, end,
-                                    events[0][0] if events else end))
+                                    events[0].at if events else end))
             net.step(limit=limit)
         return _figures(args, s, converge, time.monotonic() - t0)
 
 
-def _events(args: argparse.Namespace, s: Scale) -> list[tuple[float, str, object]]:
+def _events(args: argparse.Namespace, s: Scale) -> list[Event]:
     """Cuts and kills spread evenly over the run, taking turns; a cut heals a third of the gap later."""
     kinds = ["cut"] * args.cuts + ["kill"] * args.kills
     s.rng.shuffle(kinds)
     gap = args.duration / (len(kinds) + 1)
-    out: list[tuple[float, str, object]] = []
+    out: list[Event] = []
     for i, kind in enumerate(kinds, 1):
         at = i * gap
         if kind == "cut":
             edge = s.rng.choice(s.edges)
-            out += [(at, "cut", edge), (at + gap / 3, "heal", edge)]
+            out += [Event(at, "cut", line=edge), Event(at + gap / 3, "heal", line=edge)]
         else:
             host = s.rng.choice(s.ids)
-            out += [(at, "kill", host), (at + min(KILLED_FOR, gap / 2), "revive", host)]
-    return sorted(out, key=lambda e: e[0])
+            out += [Event(at, "kill", host=host), Event(at + min(KILLED_FOR, gap / 2), "revive", host=host)]
+    return sorted(out, key=lambda e: e.at)
 
 
 def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: float) -> dict:
@@ -289,8 +301,8 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
     reordered = sum(sum(1 for a, b in zip(f.got, f.got[1:]) if b < a and b not in f.got[:f.got.index(a)])
                     for f in s.flows)  # (not counting one handed again after a restart)
     lines = max(1, len(s.edges))
-    held = sum(1 for h in s.ids for blk in (s.net.hosts.get(h) or s.away[h]).kernel.lists.send  # type: ignore[attr-defined]
-               if blk.to_id[2:] == "R   ")  # accepted, waiting for a route still
+    held = sum(blk.to_id[2:] == "R   " for h in s.ids  # accepted, waiting for a route still
+               for blk in (s.net.hosts.get(h) or s.away[h]).kernel.lists.send)
     worst = max(per_line.values(), default=0)
     return {"hosts": args.hosts, "shape": args.shape, "lines": len(s.edges), "baud": args.baud,
             "duration": args.duration, "simulated": round(s.net.now, 1), "seed": args.seed,
