@@ -1,7 +1,9 @@
 """`mccs bench scale`: a network of daemon cores of any size in memory (mccs.testbed.hostsim), on
 a virtual clock, with lines paced at their baud, cuts and kills: how long routing takes to learn
 every host after the start and after each event, what routing costs each line, and whether a
-sample of pairs sending all the time gets every message exactly once and in order (issue 38).
+sample of pairs sending all the time gets every message exactly once and in order (issue 38). A
+message is delivered once, or still waiting for a route, or returned to its sender undeliverable
+(a notice: it met the hop limit in a routing loop), or lost (none of those: a fault).
 
 Every host has the defaults of a host's config but for its lines' baud. A cut takes a line out for
 a third of the time between events; a kill is kill -9 with the host away for 60 s, then restarted
@@ -301,8 +303,10 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
     reordered = sum(sum(1 for a, b in zip(f.got, f.got[1:]) if b < a and b not in f.got[:f.got.index(a)])
                     for f in s.flows)  # (not counting one handed again after a restart)
     lines = max(1, len(s.edges))
-    held = sum(blk.to_id[2:] == "R   " for h in s.ids  # accepted, waiting for a route still
-               for blk in (s.net.hosts.get(h) or s.away[h]).kernel.lists.send)
+    cores = [(s.net.hosts.get(h) or s.away[h]).kernel for h in s.ids]
+    held = sum(blk.to_id[2:] == "R   " for core in cores for blk in core.lists.send)  # waiting for a route still
+    returned = sum(len(box.ready) for core in cores for pid, box in core.lists.recv.boxes.items()
+                   if pid[2:] == "S   ")  # notices to the senders: returned undeliverable (the hop limit)
     worst = max(per_line.values(), default=0)
     return {"hosts": args.hosts, "shape": args.shape, "lines": len(s.edges), "baud": args.baud,
             "duration": args.duration, "simulated": round(s.net.now, 1), "seed": args.seed,
@@ -310,8 +314,7 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
             "routing_bytes": {"max": worst, "mean": round(sum(per_line.values()) / lines, 1),
                               "max_share": round(worst / (2 * capacity), 6) if capacity else 0.0},
             "messages": {"refused": sum(f.refused for f in s.flows), "accepted": accepted, "delivered": delivered,
-                         "waiting": held,
-                         "lost": accepted - delivered - held,
+                         "waiting": held, "returned": returned, "lost": accepted - delivered - held - returned,
                          "duplicated": duplicated, "reordered": reordered},
             "wall_seconds": round(wall, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -329,7 +332,7 @@ def table(out: dict) -> str:
         f"  routing bytes/line  max {r['max']:,}  mean {r['mean']:,}  (max {100 * r['max_share']:.3f}% of the line)",
         f"  messages            refused {m['refused']:,}  accepted {m['accepted']:,}  "
         f"delivered once {m['delivered']:,}  "
-        f"waiting for a route {m['waiting']:,}  lost {m['lost']}  "
+        f"waiting for a route {m['waiting']:,}  returned undeliverable {m['returned']}  lost {m['lost']}  "
         f"duplicated {m['duplicated']}  reordered {m['reordered']}",
         f"  wall time           {out['wall_seconds']:g} s   peak memory {out['peak_rss_mb']:g} MB "
         f"({out['rss_per_host_kb']:g} kB a host)"])
