@@ -60,7 +60,7 @@ def _status(d: DaemonProcess) -> dict:
         return admin.status()
 
 
-@pytest.mark.slow  # 25 s on 2 cores; a 1 MiB file through a transit host killed -9 runs by default (test_e2e_daemons)
+@pytest.mark.slow  # 25 s on 2 cores; a 512 KiB file through a transit host killed -9 runs by default (test_e2e_daemons)
 @pytest.mark.timeout(420)
 def test_a_4_mib_file_survives_a_kill9_of_the_receiver_half_way_and_the_line_carries_it_about_once(tmp_path):
     data = random.Random(4).randbytes(SIZE)
