@@ -58,7 +58,7 @@ class RoutingTable:
         self.calls = set(calls)  # neighbours on lines that are calls: routes between calls too
         self.up: set[str] = set(self.calls)  # neighbours whose line is UP and negotiated routing (or is a call)
         self.heard: dict[str, dict[str, int]] = {}  # neighbour -> what it last said, destination -> distance
-        self.version = 0  # moves on with every recompute: a vector told at this version is still news-free
+        self.version = 0  # moves on when a route may have changed: a vector told at this version is still news
         self.best: dict[str, Route] = {}
         self.changed: list[Route] = []  # routes that changed since the caller last took them
         self._since: dict[str, float] = {}

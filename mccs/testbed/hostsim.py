@@ -78,14 +78,13 @@ class SimHost:
             at = self.net.now + within
             self.due = at if self.due is None else min(self.due, at)
 
-    def line_data(self, peer: str, data: bytes, now: float | None = None) -> float | None:
+    def line_data(self, peer: str, data: bytes) -> None:
         """Bytes from a line; the machine's answer is written at once, as the shell writes it."""
-        within = self.kernel.line_data(peer, data, self.net.now if now is None else now)
+        within = self.kernel.line_data(peer, data, self.net.now)
         answer = self.kernel.line_answers(peer)
         if answer:
             self.write_line(peer, answer)
         self.wake(within)
-        return within
 
     def port_state(self, peer: str, is_open: bool, why: str) -> None:
         self.kernel.port_state(peer, is_open, why, self.net.now, self.net.modem_lines)
