@@ -119,7 +119,8 @@ class Scale:
         pairs = min(args.pairs, len(self.ids) * (len(self.ids) - 1))
         chosen: set[tuple[str, str]] = set()
         while len(chosen) < pairs:
-            chosen.add(tuple(self.rng.sample(self.ids, 2)))  # type: ignore[arg-type]
+            src, dst = self.rng.sample(self.ids, 2)
+            chosen.add((src, dst))
         self.flows = [Flow(a, b) for a, b in sorted(chosen)]
         self.destinations = sorted({f.dst for f in self.flows})
         self.senders: dict[str, SimClient] = {}
@@ -206,6 +207,18 @@ class Scale:
             self.receivers[host] = (c, c.request({"op": "recv", "wait": True, "confirm": confirm}), confirming)
 
     # -- events -----------------------------------------------------------------------------------
+    def apply(self, ev: Event) -> None:
+        if ev.what == "cut":
+            self.cut.add(ev.line)
+            self.net.channel(*ev.line).disconnect()
+        elif ev.what == "heal":
+            self.cut.discard(ev.line)
+            self.net.channel(*ev.line).reconnect()
+        elif ev.what == "kill":
+            self.kill(ev.host)
+        else:
+            self.revive(ev.host)
+
     def kill(self, host: str) -> None:
         self.routing_bytes.update(self.routing_bytes_of(host))
         self.away[host] = self.net.hosts.pop(host)
@@ -249,16 +262,7 @@ def measure(args: argparse.Namespace) -> dict:
         while net.now < end:
             if events and events[0].at <= net.now:
                 ev = events.pop(0)
-                if ev.what == "cut":
-                    s.cut.add(ev.line)
-                    net.channel(*ev.line).disconnect()
-                elif ev.what == "heal":
-                    s.cut.discard(ev.line)
-                    net.channel(*ev.line).reconnect()
-                elif ev.what == "kill":
-                    s.kill(ev.host)
-                else:
-                    s.revive(ev.host)
+                s.apply(ev)
                 converge.append({"event": str(ev), "at": round(net.now, 1), "seconds": None})
             if net.now >= next_check:
                 next_check = net.now + 1.0
@@ -269,9 +273,8 @@ def measure(args: argparse.Namespace) -> dict:
                 s.send_one()
                 next_send += s.rng.expovariate(args.rate)
             s.collect()
-            limit = min(t for t in (next_send if next_send < args.duration else end, next_check, end,
-                                    events[0].at if events else end))
-            net.step(limit=limit)
+            net.step(limit=min(next_send if next_send < args.duration else end, next_check, end,
+                               events[0].at if events else end))
         return _figures(args, s, converge, time.monotonic() - t0)
 
 

@@ -525,13 +525,13 @@ def test_disk_full_refuses_new_messages_while_deliveries_go_on(pair):
     p, r = aa.client("P"), bb.client("R")
     p.send("BBR", b"before")
     pair.run(lambda: bb.kernel.status()["lists"]["recv"] == 1)
-    bb.kernel.set_disk_full(True)
+    bb.set_disk_full(True)
     assert bb.client("S").send("BBR", b"x")["code"] == "disk_full"
     assert _data(r.recv()) == b"before"  # RECV and confirm go on
     p.send("BBR", b"held")
     pair.run(duration=2)
     assert bb.kernel.lines["AA"].busy and bb.kernel.status()["lists"]["recv"] <= 1
-    bb.kernel.set_disk_full(False)
+    bb.set_disk_full(False)
     assert _data(r.recv()) == b"held"
 
 
