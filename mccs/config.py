@@ -276,7 +276,7 @@ class HostConfig:
     strict_names: bool = False  # only [[process]] names may attach
     disk_reserve: int = 16 * 1024 * 1024  # below this many free bytes, new messages are refused
     routing: str = "auto"  # "auto": learn routes from the neighbours; "static": [[route]]s and neighbours only
-    hop_limit: int = 16  # lines a message may cross; more is a routing loop: it is returned as undeliverable
+    hop_limit: int = 64  # lines a message may cross (and a learned route's longest); more is returned as undeliverable
     ttl: float = 7 * 24 * 3600.0  # seconds a message may wait on the way before it is returned as undeliverable
     too_large_wait: float = TOO_LARGE_WAIT
     e2e: str = "off"  # "sign" or "seal": what this host does to the messages it originates (mccs.core.e2e)
@@ -300,7 +300,7 @@ class HostConfig:
         _range("trace_max_bytes", self.trace_max_bytes, 4096, 1 << 40)
         _range("disk_reserve", self.disk_reserve, 0, 1 << 40)
         _choice("routing", self.routing, ("auto", "static"))
-        _range("hop_limit", self.hop_limit, 1, 16)
+        _range("hop_limit", self.hop_limit, 1, 255)
         _range("ttl", self.ttl, 1, envelope.TTL_MAX / 10)
         _range("too_large_wait", self.too_large_wait, 1, envelope.TTL_MAX / 10)
         _choice("e2e", self.e2e, ("off", "sign", "seal"))

@@ -72,7 +72,7 @@ class Kernel:
                        RoutingTable(self.host, [lc.peer for lc in cfg.lines], {r.to: r.via for r in cfg.routes},
                                     cfg.routing == "auto", state.known_hosts,
                                     {lc.peer for lc in cfg.lines if lc.protocol == "bsc"},
-                                    {lc.peer for lc in cfg.lines if lc.is_call}),
+                                    {lc.peer for lc in cfg.lines if lc.is_call}, cfg.hop_limit),
                        Blobs(), keys=keys or Keyring(cfg.id))
         self.keys = hs.keys
         self.counters, self.lists, self.seqs, self.ids = hs.counters, hs.lists, hs.seqs, hs.ids

@@ -45,7 +45,7 @@ from mccs.core.notices import DAEMON_ROOM, fields, is_daemon
 from mccs.core.receiver import Arrival, MessageReceiver
 from mccs.core.replies import CallAnswer
 from mccs.core.requests import Code, LineRequest, RequestError
-from mccs.core.routing import INFINITY, encode_vector
+from mccs.core.routing import SEQROUTE
 from mccs.core.schedule import Schedule
 from mccs.core.segments import FORGET, Forget, Forgets
 from mccs.core.host import HostState
@@ -131,8 +131,6 @@ class LineControlBlock:
     #                             turns must not keep putting each other's off)
     backlog: list = field(default_factory=list)  # (machine event, when) taken outside the pass that handles them
     routed: bool = False  # this sign-on agreed on ROUTE: messages carry an envelope, routes are exchanged
-    told: dict[str, int] | None = None  # the distances last sent to the peer
-    told_version: int = -1  # the routing table's version they were computed at
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
     features: tuple[str, ...] = ()  # what this sign-on agreed beyond docs/DESIGN.md (FEAT= at both ends)
     routed_before: bool = False  # a sign-on on this line agreed on routing (since the daemon started)
@@ -451,10 +449,10 @@ class Lines:
         elif isinstance(ev, LineUp):
             lcb.state, lcb.backoff = LineState.UP, BACKOFF_MIN
             lcb.counters["ups"] += 1
-            lcb.routed, lcb.told, lcb.features = ROUTE in ev.features, None, tuple(sorted(ev.features))
+            lcb.routed, lcb.features = ROUTE in ev.features, tuple(sorted(ev.features))
             lcb.large = ev.large if lcb.routed else 0
             self._epoch(lcb, ev.epoch, fx)
-            fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed))
+            fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed, SEQROUTE in ev.features))
             fx.trace("line", "up", lcb.peer, proto, baud=lcb.cfg.baud, routing=lcb.routed)
             log.info("%s: line to %s up (%s)", self.host, lcb.peer, proto)
             self._check_downgrade(lcb, now, fx)
@@ -580,7 +578,7 @@ class Lines:
                     fx.wake_at(self._now)
         for route in self.routes.take_changes():
             fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
-                     distance=route.dist if route.dist < INFINITY else None)
+                     distance=route.dist if route.reachable else None)
 
     def _call(self, lcb: LineControlBlock, machine: CallLine, wall: float) -> None:
         """A line that is a call: call when a message waits for it; with a schedule, only in its
@@ -618,22 +616,18 @@ class Lines:
         return blk.parked_until > wall or blk.held or self.holds(blk, wall)
 
     def _advertise(self, lcb: LineControlBlock) -> None:
-        """A triggered update: the distances the peer has not heard yet, in as many messages as it takes.
-        Nothing to compute while the table has not changed since the last (a pass would otherwise
-        cost a walk of every known host on every line)."""
-        if lcb.told is not None and lcb.told_version == self.routes.version:
-            return
-        lcb.told_version = self.routes.version
-        vector = self.routes.vector_for(lcb.peer)
-        told = lcb.told or {}
-        news = [(d, n) for d, n in vector.items() if told.get(d) != n]
-        if not news:
-            return
-        lcb.told = vector
-        per_message = max(1, self.max_message // 6)  # "HH=NN " at most
-        for i in range(0, len(news), per_message):
-            data = encode_vector(dict(news[i:i + per_message]))
-            image = envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, data,
+        """A triggered update: what the peer has not heard yet (the table says what moved), in as
+        many messages as it takes."""
+        parts: list[list[str]] = []
+        size = self.max_message
+        for token in self.routes.news_for(lcb.peer):  # (at most max_message bytes a message, a token at least)
+            if size + 1 + len(token) > self.max_message:
+                parts.append([])
+                size = -1
+            parts[-1].append(token)
+            size += 1 + len(token)
+        for part in parts:
+            image = envelope.wrap(lcb.peer + ADVERT_NAME, self.host + ADVERT_NAME, 0, 0, " ".join(part).encode("ascii"),
                                   Envelope(flags=envelope.ADVERT))
             lcb.counters["routing_bytes"] += len(image)  # what routing costs the line (its frames' images)
             lcb.machine.send(image)

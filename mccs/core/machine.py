@@ -7,15 +7,16 @@ from typing import Protocol
 
 from linedrivers.events import Event
 
-from mccs.core import e2e, envelope, segments
+from mccs.core import e2e, envelope, routing, segments
 from mccs.config import LineConfig
 from mccs.core.notices import DAEMON_ROOM
 
 # The sign-on feature of routing lines with the 15-byte envelope (docs/ROUTING.md). "ROUTE" named
 # the 11-byte envelope of commit 89dbfdc, which is not spoken: such a peer gets direct traffic only.
 ROUTE = "ROUTE2"
-#: What a line of this daemon offers at sign-on (FEAT=): routing, and forgets of transfers (docs/ROUTING.md 2a).
-FEATURES = (ROUTE, segments.FORGET, e2e.FEATURE)
+#: What a line of this daemon offers at sign-on (FEAT=): routing and its sequenced updates, forgets of
+#: transfers, protection end to end (docs/ROUTING.md 1, 2a, 3a; docs/E2E.md).
+FEATURES = (ROUTE, routing.SEQROUTE, segments.FORGET, e2e.FEATURE)
 #: What a frame holds after a message's text: the routing envelope, then a segment trailer or an
 #: end-to-end trailer (a message in segments is not protected end to end: docs/E2E.md).
 ROOM = envelope.SIZE + max(segments.SIZE, envelope.E2E_SIZE)

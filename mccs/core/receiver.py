@@ -19,7 +19,7 @@ from linedrivers import image
 from linedrivers.ids import host_of
 from linedrivers.image import Image
 
-from mccs.core import e2e, envelope, routing, segments
+from mccs.core import e2e, envelope, segments
 from mccs.core.effects import Effects
 from mccs.core.envelope import SEGMENT, VOID, Envelope, from_wire
 from mccs.core.lists import MSGBLOK
@@ -347,12 +347,10 @@ class MessageReceiver:
 
     def _advert(self, src: Arrival, m: Image, fx: Effects, now: float) -> None:
         try:
-            vector = routing.decode_vector(m.data)
+            fx.change(*self.routes.advert(src.peer, m.data, now))
         except (ValueError, UnicodeDecodeError) as e:
             src.counters["bad_adverts"] += 1
             log.warning("%s: dropped a bad routing update from %s: %s", self.host, src.peer, e)
-            return
-        fx.change(*self.routes.advert(src.peer, vector, now))
 
     def _block(self, src: Arrival, m: Incoming, env: Envelope, wall: float, table: Table,
                hops: int | None = None, protection: int = 0) -> tuple[MSGBLOK, ch.Change]:

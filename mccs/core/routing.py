@@ -1,19 +1,29 @@
-"""Routes: the neighbour a message for a host goes to next (distance vector, docs/ROUTING.md).
+"""Routes: the neighbour a message for a host goes to next (docs/ROUTING.md section 3).
 
 Each host tells its neighbours, over lines that negotiated routing at sign-on, its distance to
 every host it knows (itself 0). A neighbour's distance plus one is a candidate; the smallest
-wins (ties keep the current route, then the lower neighbour id). Split horizon with poisoned
-reverse: a host tells the neighbour it routes a destination through that the destination is
-unreachable (INFINITY), so two hosts never count to infinity through each other. Updates are
-triggered, never periodic: the lines are reliable, a line going DOWN forgets what its
-neighbour said, and a line coming UP exchanges full vectors.
+wins (ties keep the current route, then the lower neighbour id). Updates are triggered, never
+periodic: the lines are reliable, a line going DOWN forgets what its neighbour said, and a line
+coming UP exchanges full vectors.
+
+Two dialects, chosen per line at sign-on:
+- **Sequenced** (both ends offered SEQROUTE, section 3a): every distance carries the sequence
+  number of its source (the destination itself, or a host that speaks for one it reaches over a
+  line that is not sequenced). A host takes a route only if it is *feasible* (Babel's condition,
+  RFC 8966 3.5.1): newer than the best this host has chosen for that source, or as new and
+  shorter. A chain of next hops then always descends, so no two hosts route through each other
+  and nothing counts to infinity, whatever the diameter. A host left with no feasible route
+  withdraws it and asks the source, along the way its neighbours still know, for a newer number.
+- **Version 1** (ROUTE2 alone): plain distances, 16 is no route, split horizon with poisoned
+  reverse; such a peer works within 15 lines, as before.
 
 Which route wins, for a destination D:
 1. a `[[route]] to = D` (static);
 2. the direct line, when D is a neighbour whose line does not route (BSC, or a peer that signed
    on without ROUTE2): D's messages always take that line, and wait while it is down, so that
    they never reach D by two disciplines at once (docs/ROUTING.md);
-3. the best learned distance through an UP routing neighbour (`routing = "auto"` only);
+3. the best learned distance through an UP routing neighbour (`routing = "auto"` only), at most
+   the hop limit;
 4. the direct line when D is a neighbour (its messages wait while that line is down);
 5. a default route `[[route]] to = "*"`;
 6. none: the messages wait on SEND_LIST until a route appears.
@@ -22,56 +32,96 @@ A neighbour on a line that is a call (docs/CALLS.md) is a route while no call is
 taken as up, and what it said in the last call stands until the next one; each route through it
 costs CALL_COST more, so that a path of leased lines is preferred where there is one.
 
-Pure: the changes to remember (learned hosts survive a restart) come back as data.
+Pure: the changes to remember (learned hosts survive a restart) come back as data, and what to
+tell each neighbour is taken with `news_for`.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
 from checkpoint import changes as ch
 from checkpoint.changes import Change
 
-INFINITY = 16  # a distance this large is no route: the hop limit's default too
+SEQROUTE = "SEQROUTE"  # the sign-on feature of sequenced routing updates (section 3a)
+INFINITY = 16  # "no route" on a version-1 routing line
+NO_ROUTE = 0xFFFF  # a route's distance when there is none
 CALL_COST = 2  # added to a route through a neighbour on a line that is a call
 DEFAULT = "*"
+SEQ_MOD = 1 << 16  # sequence numbers are 16 bits and wrap (RFC 8966 3.2.1)
+
+
+def newer(a: int, b: int) -> bool:
+    return 0 < (a - b) % SEQ_MOD < SEQ_MOD // 2
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What a neighbour said of a destination."""
+    dist: int  # NO_ROUTE: withdrawn
+    seq: int | None = None  # None: a version-1 peer's distance, which has no number
+    source: str = ""  # whose numbers `seq` counts: the destination, or a host that speaks for it
 
 
 @dataclass(frozen=True)
 class Route:
     dest: str
     via: str | None
-    dist: int  # hops; INFINITY when `via` is known but the destination is not reachable now
+    dist: int  # hops (a call's cost added); NO_ROUTE when `via` is known but the destination is not reachable now
     kind: str  # "neighbour", "learned", "static", "default", or "none"
+    seq: int | None = None  # the source's number, for a route heard on a sequenced line
+    source: str = ""
+
+    @property
+    def reachable(self) -> bool:
+        return self.dist < NO_ROUTE
 
 
 class RoutingTable:
     def __init__(self, host: str, neighbours: list[str], static: dict[str, str], learn: bool,
-                 known: Iterable[str] = (), direct_only: Iterable[str] = frozenset(), calls: Iterable[str] = ()):
+                 known: Iterable[str] = (), direct_only: Iterable[str] = frozenset(), calls: Iterable[str] = (),
+                 limit: int = 64):
         self.host = host
         self.neighbours = set(neighbours)
         self.direct_only = set(direct_only)  # neighbours on lines that do not route
         self.static = dict(static)  # destination (or "*") -> neighbour
         self.learn = learn
+        self.limit = limit  # the hop limit: a longer learned route is none
         self.known: set[str] = set(known) | self.neighbours | {d for d in static if d != DEFAULT}
         self.known.discard(host)
         self.calls = set(calls)  # neighbours on lines that are calls: routes between calls too
         self.up: set[str] = set(self.calls)  # neighbours whose line is UP and negotiated routing (or is a call)
-        self.heard: dict[str, dict[str, int]] = {}  # neighbour -> what it last said, destination -> distance
-        self.version = 0  # moves on when a route may have changed: a vector told at this version is still news
+        self.sequenced: set[str] = set()  # routing neighbours whose line agreed on SEQROUTE
+        self.heard: dict[str, dict[str, Heard]] = {}  # neighbour -> what it last said, per destination
         self.best: dict[str, Route] = {}
         self.changed: list[Route] = []  # routes that changed since the caller last took them
+        self.seq = 0  # this host's own number: moved on only when a neighbour asks for a newer one
+        self.spoken: dict[str, int] = {}  # numbers of the destinations this host speaks for
+        self.feasible: dict[tuple[str, str], tuple[int, int]] = {}  # (dest, source) -> best (seq, dist) chosen
+        self.told: dict[str, dict[str, str]] = {}  # neighbour -> destination -> what it was last told
+        self.pending: dict[str, set[str]] = {}  # neighbour -> destinations whose entry may have moved
+        self.asks: dict[str, dict[tuple[str, str], int]] = {}  # neighbour -> (dest, source) -> number to ask for
+        self.asked: dict[str, dict[tuple[str, str], tuple[int, Heard]]] = {}  # while a dest has no route: what
+        # each (neighbour, source) was asked for, and what the neighbour had said then
         self._since: dict[str, float] = {}
         self._recompute(0.0)
         self.changed.clear()
 
     # -- inputs --------------------------------------------------------------------------------
-    def line_up(self, peer: str, now: float, routed: bool = True) -> list[Change]:
-        """A line signed on; `routed`: both ends offered ROUTE2."""
+    def line_up(self, peer: str, now: float, routed: bool = True, sequenced: bool = False) -> list[Change]:
+        """A line signed on; `routed`: both ends offered ROUTE2; `sequenced`: and SEQROUTE."""
         if routed:
             self.direct_only.discard(peer)
             self.up.add(peer)
+            (self.sequenced.add if sequenced else self.sequenced.discard)(peer)
             self.heard[peer] = {}
+            self.told[peer] = {}
+            self.pending[peer] = self.known | {self.host}
+            self.asks.pop(peer, None)
+            for asked in self.asked.values():
+                for key in [k for k in asked if k[0] == peer]:
+                    del asked[key]
         else:
             self.direct_only.add(peer)
         return self._recompute(now)
@@ -81,14 +131,20 @@ class RoutingTable:
             return []
         self.up.discard(peer)
         self.heard.pop(peer, None)
+        self.told.pop(peer, None)
         return self._recompute(now)
 
-    def advert(self, peer: str, vector: dict[str, int], now: float) -> list[Change]:
-        """What `peer` says it reaches (a partial update: the destinations it names)."""
+    def advert(self, peer: str, data: bytes, now: float) -> list[Change]:
+        """A routing update from `peer` (a partial one: the destinations it names, and on a
+        sequenced line the numbers it asks for). Raises ValueError if it is not one."""
+        said, asks = decode_sequenced(data) if peer in self.sequenced else (
+            {d: Heard(n if n < INFINITY else NO_ROUTE) for d, n in decode_vector(data).items()}, {})
         if not self.learn or peer not in self.up:
             return []
-        said = {d: min(max(dist, 0), INFINITY) for d, dist in vector.items() if d != self.host}
-        self.heard[peer].update(said)
+        said = {d: h for d, h in said.items() if d != self.host and h.source != self.host}
+        self.heard.setdefault(peer, {}).update(said)
+        for (dest, source), seq in asks.items():
+            self._on_ask(peer, dest, source, seq)
         return self._recompute(now, said)
 
     # -- answers -------------------------------------------------------------------------------
@@ -103,71 +159,158 @@ class RoutingTable:
     def is_known(self, dest: str) -> bool:
         return dest == self.host or dest in self.known or DEFAULT in self.static
 
-    def vector_for(self, peer: str) -> dict[str, int]:
-        """The distances to tell `peer`, poisoned where the route goes through it."""
-        out = {self.host: 0}
-        for dest in sorted(self.known):
-            route = self.best[dest]
-            reachable = route.kind in ("learned", "neighbour") and route.via in self.up
-            out[dest] = route.dist if reachable and route.via != peer else INFINITY
-        return out
+    def news_for(self, peer: str) -> list[str]:
+        """The update tokens `peer` has not heard yet (section 3): the entries that moved since it
+        was last told, then the numbers asked of it. Costs only what changed."""
+        told = self.told.get(peer)
+        if told is None or not (self.pending.get(peer) or self.asks.get(peer)):
+            return []
+        news = []
+        dests, self.pending[peer] = self.pending.get(peer, set()), set()
+        for dest in sorted(dests):
+            token = self._entry(dest, peer)
+            if told.get(dest, token if token.endswith("=-") else None) != token:  # (nothing to withdraw yet)
+                told[dest] = token
+                news.append(token)
+        for (dest, source), seq in sorted(self.asks.pop(peer, {}).items()):
+            news.append(f"?{dest}/{seq}" + (f"@{source}" if source != dest else ""))
+        return news
 
     def status(self, now: float) -> list[dict]:
         """Every route, and the default route (to "*") last if there is one."""
-        default = [Route(DEFAULT, self.static[DEFAULT], INFINITY, "default")] if DEFAULT in self.static else []
-        return [{"to": r.dest, "via": r.via, "distance": r.dist if r.dist < INFINITY else None, "kind": r.kind,
+        default = [Route(DEFAULT, self.static[DEFAULT], NO_ROUTE, "default")] if DEFAULT in self.static else []
+        return [{"to": r.dest, "via": r.via, "distance": r.dist if r.reachable else None, "kind": r.kind,
                  "age": round(now - self._since.get(r.dest, now), 1)}
                 for r in sorted(self.best.values(), key=lambda r: r.dest) + default]
 
+    # -- what a neighbour is told ----------------------------------------------------------------
+    def _entry(self, dest: str, peer: str) -> str:
+        """`DD=3/7`, `DD=3/7@BB` (spoken for by BB) or `DD=-` on a sequenced line; `DD=3` (16: none)
+        on a version-1 one. Poisoned where the route goes through `peer`."""
+        sequenced = peer in self.sequenced
+        if dest == self.host:
+            return f"{dest}=0/{self.seq}" if sequenced else f"{dest}=0"
+        route = self.best[dest]
+        told = route.reachable and route.kind in ("learned", "neighbour") and route.via in self.up \
+            and route.via != peer
+        if not sequenced:
+            return f"{dest}={min(route.dist, INFINITY) if told else INFINITY}"
+        if not told or (route.seq is None and route.via in self.sequenced and route.via not in self.calls):
+            return f"{dest}=-"  # (a sequenced neighbour not yet heard from is told once it tells its number)
+        if route.seq is None:  # reached over a line that is not sequenced: this host speaks for it
+            return f"{dest}={route.dist}/{self.spoken.setdefault(dest, 0)}@{self.host}"
+        return f"{dest}={route.dist}/{route.seq}" + (f"@{route.source}" if route.source != dest else "")
+
+    def _tell_all(self, dest: str) -> None:
+        for pending in self.pending.values():
+            pending.add(dest)
+
+    # -- numbers asked for (section 3a) ------------------------------------------------------------
+    def _on_ask(self, peer: str, dest: str, source: str, seq: int) -> None:
+        """`peer` has no feasible route to `dest` and asks `source` for number `seq` or newer: the
+        source moves its number on; a host whose route is as new tells it again; one whose route
+        is older passes the question on to its next hop."""
+        if source == self.host:
+            if dest == self.host and newer(seq, self.seq):
+                self.seq = seq
+            elif dest != self.host and newer(seq, self.spoken.setdefault(dest, 0)):
+                self.spoken[dest] = seq
+            self._tell_all(dest)
+            self.told.get(peer, {}).pop(dest, None)
+            return
+        route = self.best.get(dest)
+        if route is None or not route.reachable or route.via == peer or route.via is None:
+            return
+        if route.seq is not None and route.source == source and not newer(seq, route.seq):
+            self.told.get(peer, {}).pop(dest, None)
+            self.pending.setdefault(peer, set()).add(dest)
+        elif route.via in self.sequenced:  # (next hops never loop: the question reaches the source)
+            self.asks.setdefault(route.via, {})[(dest, source)] = seq
+
     # -- the choice ----------------------------------------------------------------------------
+    def _is_feasible(self, dest: str, h: Heard) -> bool:
+        best = self.feasible.get((dest, h.source))
+        return h.seq is not None and (best is None or newer(h.seq, best[0]) or (h.seq == best[0] and h.dist < best[1]))
+
     def _choose(self, dest: str) -> Route:
         if dest in self.static:
-            return Route(dest, self.static[dest], 1 if self.static[dest] == dest else INFINITY, "static")
+            return Route(dest, self.static[dest], 1 if self.static[dest] == dest else NO_ROUTE, "static")
         if dest in self.direct_only:
             return Route(dest, dest, 1, "neighbour")
         if self.learn:
             current = self.best.get(dest)
             candidates = []
             for peer in self.up:
-                dist = 1 if peer == dest else self.heard.get(peer, {}).get(dest, INFINITY) + 1
-                dist += CALL_COST if peer in self.calls else 0
-                if dist < INFINITY:
-                    keep = current is not None and current.via == peer
-                    candidates.append((dist, not keep, peer))
+                h = self.heard.get(peer, {}).get(dest)
+                cost = 1 + CALL_COST * (peer in self.calls)
+                if peer == dest:  # a direct line ends at its destination: never a loop
+                    dist = cost
+                    h = h if h is not None and h.seq is not None else None
+                elif h is None or h.dist >= NO_ROUTE:
+                    continue
+                elif h.seq is None:  # a version-1 peer's distance
+                    dist = h.dist + cost
+                    if dist >= INFINITY:
+                        continue
+                else:
+                    dist = h.dist + cost
+                    if dist > self.limit or not self._is_feasible(dest, h):
+                        continue
+                keep = current is not None and current.via == peer
+                candidates.append((dist, not keep, peer, h))
             if candidates:
-                dist, _, peer = min(candidates)
-                return Route(dest, peer, dist, "neighbour" if peer == dest else "learned")
+                dist, _, peer, h = min(candidates, key=lambda c: c[:3])
+                return Route(dest, peer, dist, "neighbour" if peer == dest else "learned",
+                             h.seq if h else None, h.source if h else "")
         if dest in self.neighbours:
-            return Route(dest, dest, (1 + CALL_COST * (dest in self.calls)) if dest in self.up else INFINITY,
+            return Route(dest, dest, (1 + CALL_COST * (dest in self.calls)) if dest in self.up else NO_ROUTE,
                          "neighbour")
         if DEFAULT in self.static:
-            return Route(dest, self.static[DEFAULT], INFINITY, "default")
-        return Route(dest, None, INFINITY, "none")
+            return Route(dest, self.static[DEFAULT], NO_ROUTE, "default")
+        return Route(dest, None, NO_ROUTE, "none")
+
+    def _starved(self, dest: str) -> None:
+        """No feasible route: ask each sequenced neighbour that has an unfeasible one for a number
+        newer than this host's best, of that route's source; once for what it said (it says more
+        only when its route moved, and then it is asked again)."""
+        asked = self.asked.setdefault(dest, {})
+        for peer in self.up & self.sequenced:
+            h = self.heard.get(peer, {}).get(dest)
+            if h is not None and h.seq is not None and h.dist < NO_ROUTE:
+                best = self.feasible.get((dest, h.source))
+                seq = (best[0] if best else h.seq) + 1 & (SEQ_MOD - 1)
+                if asked.get((peer, h.source)) != (seq, h):
+                    asked[(peer, h.source)] = (seq, h)
+                    self.asks.setdefault(peer, {})[(dest, h.source)] = seq
 
     def _recompute(self, now: float, dests: Iterable[str] | None = None) -> list[Change]:
         """The routes to `dests` again (an update changes only the destinations it names), or every
-        route (a line came or went); the hosts learned for the first time are remembered. When a
-        route changed, or every route was chosen again, the table's `version` moves on: what it
-        would tell a neighbour may have changed."""
+        route (a line came or went); the hosts learned for the first time are remembered."""
         names = {d for heard in self.heard.values() for d in heard} if dests is None else set(dests)
-        learned = {d for d in names if any(heard.get(d, INFINITY) < INFINITY for heard in self.heard.values())}
+        learned = {d for d in names if any(h.dist < NO_ROUTE for heard in self.heard.values()
+                                           if (h := heard.get(d)) is not None)}
         learned -= self.known | {self.host}
         self.known |= learned
-        moved = dests is None
         for dest in self.known if dests is None else sorted(names & self.known):
             route = self._choose(dest)
+            if route.reachable:
+                self.asked.pop(dest, None)  # (starved again later, it asks again)
+            if route.seq is not None:  # what this host may tell of the source from now on
+                best = self.feasible.get((dest, route.source))
+                if best is None or newer(route.seq, best[0]) or (route.seq == best[0] and route.dist < best[1]):
+                    self.feasible[(dest, route.source)] = (route.seq, route.dist)
+            elif self.learn and self.sequenced and route.kind != "static" and not route.reachable:
+                self._starved(dest)
             if self.best.get(dest) != route:
                 self.best[dest] = route
                 self._since[dest] = now
                 self.changed.append(route)
-                moved = True
-        if moved:
-            self.version += 1
+                self._tell_all(dest)
         return [ch.add_known_host(d) for d in sorted(learned)]
 
 
 def encode_vector(vector: dict[str, int]) -> bytes:
-    """`AA=0 BB=1 DD=16`: ASCII, one token per destination."""
+    """`AA=0 BB=1 DD=16`: ASCII, one token per destination (a version-1 line)."""
     return " ".join(f"{d}={n}" for d, n in vector.items()).encode("ascii")
 
 
@@ -180,3 +323,28 @@ def decode_vector(data: bytes) -> dict[str, int]:
             raise ValueError(f"bad route token {token!r}")
         out[host] = int(dist)
     return out
+
+
+_ENTRY = re.compile(r"(\S\S)=(?:-|(\d{1,5})/(\d{1,5})(?:@(\S\S))?)")
+_ASK = re.compile(r"\?(\S\S)/(\d{1,5})(?:@(\S\S))?")
+
+
+def decode_sequenced(data: bytes) -> tuple[dict[str, Heard], dict[tuple[str, str], int]]:
+    """A sequenced update (section 3a): `DD=3/7`, `DD=3/7@BB`, `DD=-` and `?DD/8[@BB]` tokens.
+    Raises ValueError on anything else."""
+    said: dict[str, Heard] = {}
+    asks: dict[tuple[str, str], int] = {}
+    for token in data.decode("ascii").split():
+        if (m := _ENTRY.fullmatch(token)) is not None:
+            dest, dist, seq, source = m.groups()
+            if dist is None:
+                said[dest] = Heard(NO_ROUTE, None, dest)
+            elif int(dist) >= NO_ROUTE or int(seq) >= SEQ_MOD:
+                raise ValueError(f"route token {token!r} out of range")
+            else:
+                said[dest] = Heard(int(dist), int(seq), source or dest)
+        elif (m := _ASK.fullmatch(token)) is not None and int(m[2]) < SEQ_MOD:
+            asks[(m[1], m[3] or m[1])] = int(m[2])
+        else:
+            raise ValueError(f"bad route token {token!r}")
+    return said, asks

@@ -181,9 +181,8 @@ def _then_three_small_arrive_behind_it(net: SimNet, p, big: int, data: bytes) ->
 
 
 def test_a_message_in_segments_is_finished_on_its_line_when_the_route_moves_and_order_holds(tmp_path):
-    from mccs.core.routing import INFINITY
     net, p, first, other, big, data = _square_with_a_transfer_half_way(tmp_path, 6)
-    net["AA"].kernel.routes.advert(first, {"DD": INFINITY}, net.now)  # the path through `first` is gone
+    net["AA"].kernel.routes.advert(first, b"DD=-", net.now)  # the path through `first` is gone
     assert net["AA"].kernel.routes.next_hop("DD") == other
     _then_three_small_arrive_behind_it(net, p, big, data)
     assert net["DD"].kernel.lines[first].counters["segments"] > 0 and not net["DD"].kernel.lines[other].counters[

@@ -7,7 +7,7 @@ import pytest
 from mccs.config import RouteConfig
 from mccs.core.pairs import PairsIn, Verdict
 from mccs.core.lists import MSGBLOK
-from mccs.core.routing import INFINITY, RoutingTable, decode_vector, encode_vector
+from mccs.core.routing import NO_ROUTE, Heard, RoutingTable, decode_sequenced, decode_vector, encode_vector
 from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(120)
@@ -15,37 +15,78 @@ pytestmark = pytest.mark.timeout(120)
 
 # -- the table ---------------------------------------------------------------------------------------
 def test_distance_vector_learns_prefers_the_shorter_path_and_poisons_the_reverse():
+    """Version 1 (a peer that offered ROUTE2 alone): plain distances, 16 is none."""
     t = RoutingTable("AA", ["BB", "DD"], {}, learn=True)
     t.line_up("BB", 0)
     t.line_up("DD", 0)
-    t.advert("BB", {"BB": 0, "CC": 1, "DD": 2}, 1)
-    t.advert("DD", {"DD": 0, "CC": 1, "EE": 3}, 1)
+    t.advert("BB", b"BB=0 CC=1 DD=2", 1)
+    t.advert("DD", b"DD=0 CC=1 EE=3", 1)
     assert (t.next_hop("CC"), t.best["CC"].dist) == ("BB", 2)  # a tie keeps the first route, then the lower id
     assert t.next_hop("EE") == "DD" and t.best["EE"].dist == 4
-    assert t.vector_for("DD")["EE"] == INFINITY  # poisoned reverse: EE is reached through DD
-    assert t.vector_for("BB")["EE"] == 4 and t.vector_for("BB")["AA"] == 0
+    assert "EE=16" in t.news_for("DD")  # poisoned reverse: EE is reached through DD
+    assert {"EE=4", "AA=0"} <= set(t.news_for("BB")) and t.news_for("BB") == []  # told once
     t.line_down("BB", 2)
     assert t.next_hop("CC") == "DD" and t.next_hop("BB") == "BB"  # the neighbour's messages wait for its line
-    assert t.best["BB"].dist == INFINITY
+    assert not t.best["BB"].reachable
+
+
+def test_sequenced_updates_carry_the_source_number_and_take_only_feasible_routes():
+    """SEQROUTE (docs/ROUTING.md 3a): a route is taken only if newer than, or as new and shorter
+    than, the best this host chose; with none left it withdraws and asks the source for a newer
+    number, along the way its neighbour knows, and the source's answer is taken."""
+    t = RoutingTable("AA", ["BB", "DD"], {}, learn=True)
+    for peer in ("BB", "DD"):
+        t.line_up(peer, 0, True, True)
+        assert t.news_for(peer) == ["AA=0/0"]  # (the neighbours are told once they tell their numbers)
+    t.advert("BB", b"BB=0/4 CC=1/9", 1)
+    t.advert("DD", b"DD=0/2 CC=3/9", 1)
+    assert (t.next_hop("CC"), t.best["CC"].dist, t.best["CC"].seq) == ("BB", 2, 9)
+    assert t.news_for("DD") == ["BB=1/4", "CC=2/9"] and t.news_for("BB") == ["DD=1/2"]  # CC: nothing to withdraw
+    t.advert("BB", b"CC=-", 2)  # BB lost CC; DD's 3 is longer than the 2 chosen at number 9: not feasible
+    assert t.next_hop("CC") is None and t.news_for("DD") == ["CC=-", "?CC/10"]
+    t.advert("BB", b"?DD/3", 2)  # BB asks for DD: passed on to DD, the source
+    assert t.news_for("DD") == ["?DD/3"]
+    t.advert("DD", b"CC=3/10", 3)  # CC answered: newer, so feasible however long
+    assert (t.next_hop("CC"), t.best["CC"].dist) == ("DD", 4)
+    assert t.news_for("BB") == ["CC=4/10"]
+    t.advert("DD", b"?AA/7", 4)  # asked of this host: its number moves on
+    assert t.seq == 7 and t.news_for("DD") == ["AA=0/7"] and t.news_for("BB") == ["AA=0/7"]
+
+
+def test_a_version_1_peers_routes_are_spoken_for_on_sequenced_lines():
+    """BB speaks version 1, DD sequenced: AA tells DD of what BB reaches under its own numbers."""
+    t = RoutingTable("AA", ["BB", "DD"], {}, learn=True)
+    t.line_up("BB", 0)
+    t.line_up("DD", 0, True, True)
+    t.advert("BB", b"BB=0 CC=1", 0)
+    assert set(t.news_for("DD")) == {"AA=0/0", "BB=1/0@AA", "CC=2/0@AA"}
+    t.advert("DD", b"?CC/1@AA", 1)
+    assert t.news_for("DD") == ["CC=2/1@AA"]
 
 
 def test_static_routes_win_and_a_default_route_catches_the_rest():
     t = RoutingTable("AA", ["BB", "CC"], {"DD": "CC", "*": "BB"}, learn=True, known=["EE"])
     t.line_up("BB", 0)
     t.line_up("CC", 0)
-    t.advert("BB", {"DD": 1}, 0)
+    t.advert("BB", b"DD=1", 0)
     assert t.next_hop("DD") == "CC"  # static beats learned
     assert t.next_hop("EE") == "BB" and t.is_known("ZZ")  # the default route accepts any host
     static = RoutingTable("AA", ["BB"], {}, learn=False)
     static.line_up("BB", 0)
-    assert static.advert("BB", {"DD": 1}, 0) == [] and not static.is_known("DD")
+    assert static.advert("BB", b"DD=1", 0) == [] and not static.is_known("DD")
 
 
-def test_vectors_on_the_wire_and_bad_ones_refused():
+def test_updates_on_the_wire_and_bad_ones_refused():
     assert decode_vector(encode_vector({"AA": 0, "DD": 16})) == {"AA": 0, "DD": 16}
     for bad in (b"AAA=1", b"AA=x", b"AA", b"\xff=1"):
         with pytest.raises((ValueError, UnicodeDecodeError)):
             decode_vector(bad)
+    said, asks = decode_sequenced(b"AA=0/65535 BB=3/7@CC DD=- ?EE/8 ?FF/9@GG")
+    assert said == {"AA": Heard(0, 65535, "AA"), "BB": Heard(3, 7, "CC"), "DD": Heard(NO_ROUTE, None, "DD")}
+    assert asks == {("EE", "EE"): 8, ("FF", "GG"): 9}
+    for bad in (b"AA=1", b"AA=0/65536", b"AA=65535/1", b"?AA", b"AAA=1/1", b"AA=1/1@CCC", b"\xff=1/1"):
+        with pytest.raises((ValueError, UnicodeDecodeError)):
+            decode_sequenced(bad)
 
 
 def test_end_to_end_numbers_hold_back_overtakers_and_drop_copies():
@@ -71,7 +112,7 @@ def _net(tmp_path, links: list[str], **keys) -> SimNet:
 
 
 def _routes_converged(net: SimNet) -> bool:
-    return all(h.kernel.routes.next_hop(o) is not None and h.kernel.routes.best[o].dist < INFINITY
+    return all(h.kernel.routes.next_hop(o) is not None and h.kernel.routes.best[o].reachable
                for h in net.hosts.values() for o in net.hosts if o != h.id)
 
 
@@ -187,17 +228,8 @@ def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path)
     """BB speaks docs/DESIGN.md's version 1 (no FEAT in its sign-on): AA and CC reach it directly,
     but cannot route through it, and say so at once."""
     import base64
-
-    from checkpoint.store import Checkpoint
-    from linedrivers import AsyncLine
-    from mccs.core.kernel import Kernel
     net = _net(tmp_path, ["AA-BB", "BB-CC"])
-    bb = net["BB"]
-    bb.cp.close()
-    bb.cp = Checkpoint(bb.cfg.checkpoint, "BB", "off")
-    bb.kernel = Kernel(bb.cfg, bb.cp.restore(), lambda lc: AsyncLine("BB", lc.peer, reply_timeout=lc.reply_timeout,
-                                                                     keepalive=lc.keepalive, selective_repeat=False))
-    bb.open_ports()
+    _older(net, "BB", selective_repeat=False)
     assert net.run(lambda: all(h.kernel.lines[p].state == "UP" for h, p in ((net["AA"], "BB"), (net["CC"], "BB"))))
     assert not net["AA"].kernel.lines["BB"].routed
     assert net.client("AA", "S").send("CCR", b"x")["code"] == "unknown_host"
@@ -206,6 +238,41 @@ def test_a_peer_without_route_signs_on_and_carries_direct_traffic_only(tmp_path)
         assert s.send("BBR", b"%d" % i)["ok"]
     got = [base64.b64decode(x) for x in _drain(net.client("BB", "R"), 5, net)]
     assert got == [b"%d" % i for i in range(5)]
+
+
+def _older(net: SimNet, host: str, **line_keys) -> None:
+    """`host` restarted as an earlier MCCS: its async lines offer what `line_keys` say (no FEAT at all
+    by default, docs/DESIGN.md's version 1)."""
+    from checkpoint.store import Checkpoint
+    from linedrivers import AsyncLine
+    from mccs.core.kernel import Kernel
+    h = net[host]
+    h.cp.close()
+    h.cp = Checkpoint(h.cfg.checkpoint, host, "off")
+    h.kernel = Kernel(h.cfg, h.cp.restore(), lambda lc: AsyncLine(host, lc.peer, reply_timeout=lc.reply_timeout,
+                                                                  keepalive=lc.keepalive, **line_keys))
+    h.open_ports()
+
+
+def test_a_host_of_version_1_routing_carries_between_sequenced_ones_within_15_lines(tmp_path):
+    """BB routes as the release before (ROUTE2 without SEQROUTE) between AA and CC, which speak for
+    the hosts BB reaches to DD under their own numbers: every host reaches every other, both ways, in order."""
+    import base64
+
+    from mccs.core import segments
+    from mccs.core.machine import ROUTE
+    net = _net(tmp_path, ["AA-BB", "BB-CC", "CC-DD"])
+    _older(net, "BB", features=(ROUTE, segments.FORGET), max_message=128 + 28)
+    assert net.run(lambda: _routes_converged(net), duration=60)
+    assert not net["CC"].kernel.lines["BB"].features.count("SEQROUTE") and "SEQROUTE" in net["CC"].kernel.lines[
+        "DD"].features
+    assert net["DD"].kernel.routes.best["AA"].dist == 3
+    src_a, src_d = net.client("AA", "S"), net.client("DD", "S")
+    for i in range(10):
+        src_a.send("DDR", b"a%d" % i)
+        src_d.send("AAR", b"d%d" % i)
+    assert [base64.b64decode(x) for x in _drain(net.client("DD", "R"), 10, net)] == [b"a%d" % i for i in range(10)]
+    assert [base64.b64decode(x) for x in _drain(net.client("AA", "R"), 10, net)] == [b"d%d" % i for i in range(10)]
 
 
 def test_a_numbered_message_is_not_overtaken_when_its_line_comes_back_without_routing(tmp_path):
@@ -435,11 +502,11 @@ def test_a_neighbour_on_a_line_that_is_a_call_is_a_route_between_calls_at_a_cost
     and the leased path to DD is preferred while it is as short."""
     from mccs.core.routing import CALL_COST
     rt = RoutingTable("AA", ["BB", "CC"], {}, True, calls=["BB"])
-    assert rt.next_hop("BB") == "BB" and rt.vector_for("CC")["BB"] == 1 + CALL_COST
-    rt.line_up("BB", 1.0)
-    rt.advert("BB", {"BB": 0, "DD": 1}, 1.0)
+    rt.line_up("CC", 0.0, True, True)
+    assert rt.next_hop("BB") == "BB" and f"BB={1 + CALL_COST}/0@AA" in rt.news_for("CC")  # spoken for till it speaks
+    rt.line_up("BB", 1.0, True, True)
+    rt.advert("BB", b"BB=0/5 DD=1/3", 1.0)
     rt.line_down("BB", 2.0)  # the call ended
-    assert rt.next_hop("DD") == "BB" and rt.vector_for("CC")["DD"] == 2 + CALL_COST
-    rt.line_up("CC", 3.0)
-    rt.advert("CC", {"CC": 0, "DD": 1}, 3.0)
+    assert rt.next_hop("DD") == "BB" and set(rt.news_for("CC")) == {f"BB={1 + CALL_COST}/5", f"DD={2 + CALL_COST}/3"}
+    rt.advert("CC", b"CC=0/0 DD=1/3", 3.0)
     assert rt.next_hop("DD") == "CC"  # 2 by the leased line against 2 + CALL_COST by the call
