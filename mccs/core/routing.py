@@ -102,8 +102,9 @@ class RoutingTable:
         self.told: dict[str, dict[str, str]] = {}  # neighbour -> destination -> what it was last told
         self.pending: dict[str, set[str]] = {}  # neighbour -> destinations whose entry may have moved
         self.asks: dict[str, dict[tuple[str, str], int]] = {}  # neighbour -> (dest, source) -> number to ask for
-        self.asked: dict[str, dict[tuple[str, str], tuple[int, Heard]]] = {}  # while a dest has no route: what
-        # each (neighbour, source) was asked for, and what the neighbour had said then
+        self.asked: dict[str, dict[tuple[str, str], tuple[int, Heard]]] = {}  # dest -> what each (neighbour,
+        # source) was asked for while its route stayed as it is, and what the neighbour had said then
+        self.answer: dict[str, dict[str, int]] = {}  # dest -> neighbour whose question was passed on -> number
         self._since: dict[str, float] = {}
         self._recompute(0.0)
         self.changed.clear()
@@ -122,6 +123,8 @@ class RoutingTable:
             for asked in self.asked.values():
                 for key in [k for k in asked if k[0] == peer]:
                     del asked[key]
+            for waiting in self.answer.values():
+                waiting.pop(peer, None)
         else:
             self.direct_only.add(peer)
         return self._recompute(now)
@@ -143,6 +146,9 @@ class RoutingTable:
             return []
         said = {d: h for d, h in said.items() if d != self.host and h.source != self.host}
         self.heard.setdefault(peer, {}).update(said)
+        for dest in said:  # what it says now may be asked of it again
+            for key in [k for k in self.asked.get(dest, ()) if k[0] == peer]:
+                del self.asked[dest][key]
         for (dest, source), seq in asks.items():
             self._on_ask(peer, dest, source, seq)
         return self._recompute(now, said)
@@ -161,7 +167,9 @@ class RoutingTable:
 
     def news_for(self, peer: str) -> list[str]:
         """The update tokens `peer` has not heard yet (section 3): the entries that moved since it
-        was last told, then the numbers asked of it. Costs only what changed."""
+        was last told, then the numbers asked of it. Costs only what changed. A newer number
+        alone is news only to a neighbour that asked for it (its entry was forgotten then): the
+        others learn it with the next change, or ask (section 3a, "Cost")."""
         told = self.told.get(peer)
         if told is None or not (self.pending.get(peer) or self.asks.get(peer)):
             return []
@@ -169,7 +177,8 @@ class RoutingTable:
         dests, self.pending[peer] = self.pending.get(peer, set()), set()
         for dest in sorted(dests):
             token = self._entry(dest, peer)
-            if told.get(dest, token if token.endswith("=-") else None) != token:  # (nothing to withdraw yet)
+            last = told.get(dest, token if token.endswith("=-") else None)  # (nothing to withdraw yet)
+            if last is None or _SEQ.sub("", last) != _SEQ.sub("", token):
                 told[dest] = token
                 news.append(token)
         for (dest, source), seq in sorted(self.asks.pop(peer, {}).items()):
@@ -201,6 +210,15 @@ class RoutingTable:
             return f"{dest}={route.dist}/{self.spoken.setdefault(dest, 0)}@{self.host}"
         return f"{dest}={route.dist}/{route.seq}" + (f"@{route.source}" if route.source != dest else "")
 
+    def _answer(self, dest: str, route: Route) -> None:
+        """The neighbours whose question for `dest` this host passed on are told a number as new."""
+        waiting = self.answer.get(dest, {})
+        for peer, seq in list(waiting.items()):
+            if not newer(seq, route.seq or 0) and peer != route.via:
+                del waiting[peer]
+                self.told.get(peer, {}).pop(dest, None)
+                self.pending.setdefault(peer, set()).add(dest)
+
     def _tell_all(self, dest: str) -> None:
         for pending in self.pending.values():
             pending.add(dest)
@@ -215,8 +233,8 @@ class RoutingTable:
                 self.seq = seq
             elif dest != self.host and newer(seq, self.spoken.setdefault(dest, 0)):
                 self.spoken[dest] = seq
-            self._tell_all(dest)
-            self.told.get(peer, {}).pop(dest, None)
+            self.told.get(peer, {}).pop(dest, None)  # (a newer number alone is news only to the asker)
+            self.pending.setdefault(peer, set()).add(dest)
             return
         route = self.best.get(dest)
         if route is None or not route.reachable or route.via == peer or route.via is None:
@@ -226,6 +244,7 @@ class RoutingTable:
             self.pending.setdefault(peer, set()).add(dest)
         elif route.via in self.sequenced:  # (next hops never loop: the question reaches the source)
             self.asks.setdefault(route.via, {})[(dest, source)] = seq
+            self.answer.setdefault(dest, {})[peer] = seq
 
     # -- the choice ----------------------------------------------------------------------------
     def _is_feasible(self, dest: str, h: Heard) -> bool:
@@ -269,19 +288,21 @@ class RoutingTable:
             return Route(dest, self.static[DEFAULT], NO_ROUTE, "default")
         return Route(dest, None, NO_ROUTE, "none")
 
-    def _starved(self, dest: str) -> None:
-        """No feasible route: ask each sequenced neighbour that has an unfeasible one for a number
-        newer than this host's best, of that route's source; once for what it said (it says more
-        only when its route moved, and then it is asked again)."""
+    def _ask_for_better(self, dest: str, route: Route) -> None:
+        """A neighbour tells a route this host may not take (not feasible) but would, being shorter
+        than the one it has or than none: ask that neighbour for a number newer than this host's
+        best, of that route's source. Once, until the neighbour says more or the route moves."""
         asked = self.asked.setdefault(dest, {})
         for peer in self.up & self.sequenced:
             h = self.heard.get(peer, {}).get(dest)
-            if h is not None and h.seq is not None and h.dist < NO_ROUTE:
-                best = self.feasible.get((dest, h.source))
-                seq = (best[0] if best else h.seq) + 1 & (SEQ_MOD - 1)
-                if asked.get((peer, h.source)) != (seq, h):
-                    asked[(peer, h.source)] = (seq, h)
-                    self.asks.setdefault(peer, {})[(dest, h.source)] = seq
+            if h is None or h.seq is None or h.dist + 1 + CALL_COST * (peer in self.calls) >= route.dist \
+                    or self._is_feasible(dest, h):
+                continue
+            best = self.feasible.get((dest, h.source))
+            seq = (best[0] if best else h.seq) + 1 & (SEQ_MOD - 1)
+            if asked.get((peer, h.source)) != (seq, h):
+                asked[(peer, h.source)] = (seq, h)
+                self.asks.setdefault(peer, {})[(dest, h.source)] = seq
 
     def _recompute(self, now: float, dests: Iterable[str] | None = None) -> list[Change]:
         """The routes to `dests` again (an update changes only the destinations it names), or every
@@ -293,19 +314,21 @@ class RoutingTable:
         self.known |= learned
         for dest in self.known if dests is None else sorted(names & self.known):
             route = self._choose(dest)
-            if route.reachable:
-                self.asked.pop(dest, None)  # (starved again later, it asks again)
             if route.seq is not None:  # what this host may tell of the source from now on
                 best = self.feasible.get((dest, route.source))
                 if best is None or newer(route.seq, best[0]) or (route.seq == best[0] and route.dist < best[1]):
                     self.feasible[(dest, route.source)] = (route.seq, route.dist)
-            elif self.learn and self.sequenced and route.kind != "static" and not route.reachable:
-                self._starved(dest)
-            if self.best.get(dest) != route:
+                self._answer(dest, route)
+            last = self.best.get(dest)
+            if last != route:
                 self.best[dest] = route
-                self._since[dest] = now
-                self.changed.append(route)
                 self._tell_all(dest)
+                self.asked.pop(dest, None)  # (the route moved: what would be better is asked for again)
+                if last is None or (last.via, last.dist, last.kind) != (route.via, route.dist, route.kind):
+                    self._since[dest] = now
+                    self.changed.append(route)
+            if self.learn and self.sequenced and route.kind != "static" and route.via not in self.direct_only:
+                self._ask_for_better(dest, route)
         return [ch.add_known_host(d) for d in sorted(learned)]
 
 
@@ -325,6 +348,7 @@ def decode_vector(data: bytes) -> dict[str, int]:
     return out
 
 
+_SEQ = re.compile(r"/\d+")  # an entry's number: `DD=3/7@BB` -> `DD=3@BB`
 _ENTRY = re.compile(r"(\S\S)=(?:-|(\d{1,5})/(\d{1,5})(?:@(\S\S))?)")
 _ASK = re.compile(r"\?(\S\S)/(\d{1,5})(?:@(\S\S))?")
 

@@ -160,6 +160,7 @@ def test_no_loop_at_any_step_and_shortest_paths_once_quiet_up_to_200_hosts(scena
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(most=200))
 def test_no_loop_at_any_step_and_shortest_paths_once_quiet_soak(scenario):
