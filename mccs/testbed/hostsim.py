@@ -22,6 +22,7 @@ jumps from event to event (at most `max_step` at a time), so idle hosts cost not
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import random
 from pathlib import Path
@@ -62,7 +63,19 @@ class SimHost:
         self.fail_next_commit = False
         self.crash_when = None  # a predicate of a pass's Effects: crash instead of committing that pass
         self._conns = itertools.count(1)
-        self.due: float | None = 0.0  # when its next pass runs: after an input or at the core's deadline
+        self._due: float | None = None
+        self.due = 0.0
+
+    @property
+    def due(self) -> float | None:
+        """When its next pass runs: after an input or at the core's deadline (None: no pass needed)."""
+        return self._due
+
+    @due.setter
+    def due(self, at: float | None) -> None:
+        self._due = at
+        if at is not None:
+            self.net.schedule(at, self.id)
 
     def _core(self) -> Kernel:
         return Kernel(self.cfg, self.cp.restore(), random_bytes=self.random.randbytes, keys=self.keys)
@@ -260,7 +273,10 @@ class SimNet:
         self.seed = seed
         self.dir = Path(directory)
         self.channels: dict[tuple[str, str], Channel] = {}
-        self._busy: set[tuple[str, str]] = set()  # the channels with bytes on their way
+        # What is due when, oldest first: a host's pass (its id) or bytes arriving at a host (the
+        # channel's key and the side they arrive at). Entries that no longer hold are passed over.
+        self._events: list[tuple[float, int, str | tuple[str, str, str]]] = []
+        self._order = itertools.count()
         self.hosts: dict[str, SimHost] = {}
         for hid, lines in hosts.items():
             cfg = HostConfig(id=hid, socket=str(self.dir / f"{hid}.sock"), checkpoint=str(self.dir / f"{hid}.db"),
@@ -298,8 +314,15 @@ class SimNet:
             data = self._modem(src, dst).from_dte(data, self.now)
             self._said()
         if dst in self.hosts:
-            ch.outof("a" if src < dst else "b").write(data, self.now)
-            self._busy.add(_pair(src, dst))
+            pipe = ch.outof("a" if src < dst else "b")
+            before = pipe.next_arrival()
+            pipe.write(data, self.now)
+            arrival = pipe.last_arrival()
+            if arrival is not None and arrival != before:
+                self.schedule(arrival, (*_pair(src, dst), "b" if src < dst else "a"))
+
+    def schedule(self, at: float, what: str | tuple[str, str, str]) -> None:
+        heapq.heappush(self._events, (at, next(self._order), what))
 
     def _modem(self, host: str, peer: str) -> HayesModem:
         return self.modems[_pair(host, peer)][host > peer]
@@ -326,12 +349,18 @@ class SimNet:
 
     def next_event(self) -> float | None:
         """When something next happens: a host's pass, bytes arriving, a modem's timer."""
-        times = [h.due for h in self.hosts.values()]
-        times += [self.channels[key].towards(s).next_arrival() for key in self._busy for s in "ab"]
+        events = self._events
+        while events and isinstance(what := events[0][2], str) and self._stale(events[0][0], what):
+            heapq.heappop(events)
+        times = [events[0][0]] if events else []
         times += [m.next_deadline() for ends in self.modems.values() for m in ends]
         if self._to_dte:
             times.append(self.now)
         return min((t for t in times if t is not None), default=None)
+
+    def _stale(self, at: float, hid: str) -> bool:
+        host = self.hosts.get(hid)
+        return host is None or host.due != at
 
     def step(self, limit: float | None = None) -> None:
         """Move the clock to the next event (at most `max_step` on, and not past `limit`), deliver
@@ -349,18 +378,22 @@ class SimNet:
         said, self._to_dte = self._to_dte, []
         for hid, peer, data in said:
             self.hosts[hid].line_data(peer, data)
-        for a, b in list(self._busy):
-            ch = self.channels[a, b]
-            for side, hid, peer in (("a", a, b), ("b", b, a)):
-                data = ch.towards(side).take(self.now)
-                if data and self.modems:
-                    data = self._modem(hid, peer).from_wire(data)
-                if data and hid in self.hosts:
-                    self.hosts[hid].line_data(peer, data)
-            if ch.ab.next_arrival() is None and ch.ba.next_arrival() is None:
-                self._busy.discard((a, b))
-        for host in self.hosts.values():
-            if host.due is not None and host.due <= self.now:
+        due: set[str] = set()
+        while self._events and self._events[0][0] <= self.now:
+            _, _, what = heapq.heappop(self._events)
+            if isinstance(what, str):
+                due.add(what)
+                continue
+            a, b, side = what
+            hid, peer = (a, b) if side == "a" else (b, a)
+            data = self.channels[a, b].towards(side).take(self.now)
+            if data and self.modems:
+                data = self._modem(hid, peer).from_wire(data)
+            if data and hid in self.hosts:
+                self.hosts[hid].line_data(peer, data)
+        for hid in sorted(due):
+            host = self.hosts.get(hid)
+            if host is not None and host.due is not None and host.due <= self.now:
                 host.run_pass()
 
     def run(self, done=lambda: None, until: float | None = None, duration: float = 60.0):

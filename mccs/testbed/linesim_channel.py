@@ -104,6 +104,9 @@ class Pipe:
     def next_arrival(self) -> float | None:
         return self._queue[0][0] if self._queue else None
 
+    def last_arrival(self) -> float | None:
+        return self._queue[-1][0] if self._queue else None
+
     def take(self, now: float) -> bytes:
         """Every byte that has arrived by `now`, in order."""
         out = []
