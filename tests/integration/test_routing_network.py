@@ -21,13 +21,14 @@ V1_DAEMON = Path(__file__).with_name("v1_daemon.py")
 
 @contextlib.contextmanager
 def _network(tmp_path, links: list[str], routes: dict[str, list[dict]] | None = None, v1: tuple[str, ...] = (),
-             **host_keys):
+             defaults: bool = False, **host_keys):
     """Daemons joined by async vserial lines (`AA-BB` specs), stopped at the end; those in `v1`
-    speak docs/DESIGN.md's version 1 (no routing). Yields the daemons by host and the lines."""
-    keys = {"protocol": "async", "baud": BAUD, **timers(BAUD)}
+    speak docs/DESIGN.md's version 1 (no routing). Yields the daemons by host and the lines.
+    `defaults`: every line as a user's config has it (9600 baud, the default timers)."""
+    keys = {} if defaults else {"protocol": "async", "baud": BAUD, **timers(BAUD)}
     hosts = sorted({h for link in links for h in link.split("-")})
     daemons: dict[str, DaemonProcess] = {}
-    with Lines(str(tmp_path / "dev"), links, baud=BAUD) as vl:
+    with Lines(str(tmp_path / "dev"), links, baud=9600 if defaults else BAUD) as vl:
         try:
             for h in hosts:
                 peers = [p for link in links for a, p in [link.split("-"), link.split("-")[::-1]] if a == h]
@@ -246,3 +247,53 @@ def test_a_ttl_expiry_at_a_transit_host_is_told_back_and_stops_nothing_with_ever
                 # up to 10 s) may still be on their way as the last receipt comes, the longer on a
                 # loaded machine: so within 30 s, not at once
                 wait_until(lambda: admin.status()["lists"]["send"] == 0, 30, f"{daemon.cfg.id}'s SEND_LIST empty")
+
+
+def _distances(d: DaemonProcess) -> dict[str, int]:
+    with mccs.connect(d.config, None) as admin:
+        return {r["to"]: r["distance"] for r in admin.status()["routes"] if r["distance"] is not None}
+
+
+@pytest.mark.slow  # 108 s and 96 CPU-s on 2 cores: in ./dev test -m slow (the 8-host ring in memory runs by default)
+@pytest.mark.timeout(420)
+def test_a_ring_of_40_daemons_with_every_default_learns_every_host_and_goes_the_long_way_round_a_cut(tmp_path):
+    """Issue 38: a diameter of 20 lines, which version 1's routing (16 is no route) never carried.
+    AA sends two messages to every host and each sends two back, exactly once and in order; then
+    the line AA-AB is cut, and AA and AB reach each other the long way round, 39 lines."""
+    from mccs.testbed.bench_scale import host_ids
+    ids = host_ids(40)
+    with _network(tmp_path, [f"{a}-{b}" for a, b in zip(ids, ids[1:] + ids[:1])], defaults=True) as (d, vl):
+        shortest = {host: min(i, 40 - i) for i, host in enumerate(ids[1:], 1)}
+        wait_until(lambda: _distances(d["AA"]) == shortest, 120, "the shortest route from AA to every host")
+        for host in ids[1:]:
+            wait_until(lambda: set(_distances(d[host])) == set(ids) - {host}, 60, f"{host} to learn every host")
+        with mccs.connect(d["AA"].config, "S") as s:
+            for host in ids[1:]:
+                for n in (1, 2):
+                    s.send(host + "R", b"%s %d" % (host.encode(), n))
+        for host in ids[1:]:
+            with mccs.connect(d[host].config, "R") as r:
+                assert [r.recv(timeout=120).data for _ in range(2)] == [b"%s 1" % host.encode(), b"%s 2" % host.encode()]
+                assert r.recv(timeout=0.2) is None
+            with mccs.connect(d[host].config, "S") as s:
+                for n in (1, 2):
+                    s.send("AAR", b"%s %d" % (host.encode(), n))
+        with mccs.connect(d["AA"].config, "R") as r:
+            got = [r.recv(timeout=120) for _ in range(78)]
+            assert r.recv(timeout=0.2) is None
+        assert sorted(m.data for m in got) == sorted(b"%s %d" % (h.encode(), n) for h in ids[1:] for n in (1, 2))
+        for host in ids[1:]:  # in order from each
+            assert [m.data for m in got if m.data.startswith(host.encode())] == [b"%s 1" % host.encode(),
+                                                                               b"%s 2" % host.encode()]
+        vl.lines["AA-AB"].disconnect()
+        assert _wait_route(d["AA"], "AB", via=ids[-1], timeout=120)["distance"] == 39
+        _wait_route(d["AB"], "AA", via="AC", timeout=60)
+        with mccs.connect(d["AA"].config, "S") as s:
+            s.send("ABR", b"the long way")
+        with mccs.connect(d["AB"].config, "R") as r:
+            m = r.recv(timeout=120)
+            assert m.data == b"the long way"
+        with mccs.connect(d["AB"].config, "S") as s:
+            s.send("AAR", b"and back")
+        with mccs.connect(d["AA"].config, "R") as r:
+            assert r.recv(timeout=120).data == b"and back"
