@@ -30,6 +30,9 @@ from mccs.testbed.hostsim import SimClient, SimHost, SimNet
 SHAPES = ("ring", "tree", "grid", "mesh")
 KILLED_FOR = 60.0  # seconds a killed host stays away (longer than its neighbours take to see it gone)
 SETTLE = 120.0  # seconds of no events at the end, for what is on its way to arrive
+# Issue 38's targets: each event converged within this, routing at most this share of any line, and
+# a thousand hosts for a simulated hour within this wall time.
+CONVERGE_WITHIN, ROUTING_SHARE, WALL_FOR_1000_HOURS = 60.0, 0.01, 600.0
 ID_CHARS = string.ascii_uppercase + string.digits  # 36 x 36 host ids
 
 
@@ -49,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1,
                    help="of the topology, the traffic and the events (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="the figures as JSON")
+    p.add_argument("--plot", metavar="PNG", help="no run: draw convergence and routing share against the number "
+                   "of hosts, a line a shape, from the results in --from (matplotlib)")
+    p.add_argument("--from", dest="results", metavar="JSON", help="for --plot: a JSON list of --json results")
 
 
 def host_ids(n: int) -> list[str]:
@@ -240,12 +246,54 @@ class Scale:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.plot:
+            plot(args.results, args.plot)
+            return 0
         out = measure(args)
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         print(f"mccs bench scale: {e}", file=sys.stderr)
         return 2
     print(json.dumps(out, indent=1) if args.json else table(out))
     return 0
+
+
+def targets(out: dict) -> dict[str, bool | None]:
+    """Each of issue 38's targets, met or not (None: this run is not the size it is set for)."""
+    m = out["messages"]
+    big = out["hosts"] >= 1000 and out["duration"] >= 3600
+    return {"converged": all(c["seconds"] is not None and c["seconds"] <= CONVERGE_WITHIN for c in out["converged"]),
+            "routing": out["routing_bytes"]["max_share"] <= ROUTING_SHARE,
+            "exactly_once": (m["delivered"], m["lost"], m["duplicated"], m["reordered"]) == (m["accepted"], 0, 0, 0),
+            "wall": out["wall_seconds"] <= WALL_FOR_1000_HOURS if big else None}
+
+
+def plot(results: str | None, png: str) -> None:
+    """Convergence (the slowest event) and the routing share of the busiest line, against hosts."""
+    if not results:
+        raise ValueError("--plot needs --from, a JSON list of --json results")
+    with open(results) as f:
+        runs = json.load(f)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (conv, share) = plt.subplots(1, 2, figsize=(10, 4))
+    for shape in SHAPES:
+        mine = sorted((r for r in runs if r["shape"] == shape), key=lambda r: r["hosts"])
+        if not mine:
+            continue
+        slowest = [max((c["seconds"] for c in r["converged"]), key=lambda x: float("inf") if x is None else x)
+                   for r in mine]
+        conv.plot([r["hosts"] for r in mine], [float("nan") if x is None else x for x in slowest], "o-", label=shape)
+        share.plot([r["hosts"] for r in mine], [100 * r["routing_bytes"]["max_share"] for r in mine], "o-",
+                   label=shape)
+    conv.axhline(CONVERGE_WITHIN, color="grey", ls="--")
+    share.axhline(100 * ROUTING_SHARE, color="grey", ls="--")
+    conv.set(xscale="log", xlabel="hosts", ylabel="slowest event to converge (simulated s)")
+    share.set(xscale="log", xlabel="hosts", ylabel="routing, busiest line (% of its capacity)")
+    conv.legend()
+    fig.suptitle("mccs bench scale: 9600 baud, cuts and kills (a gap: never converged)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=80)
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -275,7 +323,8 @@ def measure(args: argparse.Namespace) -> dict:
             s.collect()
             net.step(limit=min(next_send if next_send < args.duration else end, next_check, end,
                                events[0].at if events else end))
-        return _figures(args, s, converge, time.monotonic() - t0)
+        out = _figures(args, s, converge, time.monotonic() - t0)
+    return {**out, "targets": targets(out)}
 
 
 def _events(args: argparse.Namespace, s: Scale) -> list[Event]:
@@ -339,4 +388,6 @@ def table(out: dict) -> str:
         f"waiting for a route {m['waiting']:,}  returned undeliverable {m['returned']}  lost {m['lost']}  "
         f"duplicated {m['duplicated']}  reordered {m['reordered']}",
         f"  wall time           {out['wall_seconds']:g} s   peak memory {out['peak_rss_mb']:g} MB "
-        f"({out['rss_per_host_kb']:g} kB a host)"])
+        f"({out['rss_per_host_kb']:g} kB a host)",
+        "  targets (issue 38)  " + "  ".join(f"{name.replace('_', ' ')}: {'-' if ok is None else 'met' if ok else 'NOT met'}"
+                                             for name, ok in targets(out).items())])

@@ -57,12 +57,18 @@ def test_a_ring_wider_than_15_lines_converges_and_carries():
 
 
 @pytest.mark.timeout(60)
-def test_the_command_prints_a_table_and_json_and_refuses_a_bad_size():
+def test_the_command_prints_a_table_json_and_its_targets_plots_and_refuses_a_bad_size(tmp_path):
     run = [sys.executable, "-m", "mccs.cli", "bench", "scale", "--hosts", "4", "--shape", "tree", "--duration", "20",
            "--cuts", "0", "--kills", "0", "--pairs", "3"]
     table = subprocess.run(run, capture_output=True, text=True, timeout=50)
     assert table.returncode == 0 and "routes converged" in table.stdout and "delivered once" in table.stdout
+    assert "converged: met  routing: met  exactly once: met  wall: -" in table.stdout  # (wall: for 1,000 hosts)
     figures = json.loads(subprocess.run(run + ["--json"], capture_output=True, text=True, timeout=50).stdout)
     assert figures["hosts"] == 4 and figures["lines"] == 3 and figures["messages"]["lost"] == 0
+    assert figures["targets"] == {"converged": True, "routing": True, "exactly_once": True, "wall": None}
+    (tmp_path / "runs.json").write_text(json.dumps([figures, {**figures, "hosts": 8}]))
+    drawn = subprocess.run(run[:5] + ["--plot", str(tmp_path / "p.png"), "--from", str(tmp_path / "runs.json")],
+                           capture_output=True, text=True, timeout=50)
+    assert drawn.returncode == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG", drawn.stderr
     bad = subprocess.run(run[:5] + ["--hosts", "1"], capture_output=True, text=True, timeout=50)
     assert bad.returncode == 2 and "--hosts must be" in bad.stderr
