@@ -389,5 +389,6 @@ def table(out: dict) -> str:
         f"duplicated {m['duplicated']}  reordered {m['reordered']}",
         f"  wall time           {out['wall_seconds']:g} s   peak memory {out['peak_rss_mb']:g} MB "
         f"({out['rss_per_host_kb']:g} kB a host)",
-        "  targets (issue 38)  " + "  ".join(f"{name.replace('_', ' ')}: {'-' if ok is None else 'met' if ok else 'NOT met'}"
+        "  targets (issue 38)  " + "  ".join(f"{name.replace('_', ' ')}: " + ("-" if ok is None else "met" if ok
+                                                                                else "NOT met")
                                              for name, ok in targets(out).items())])

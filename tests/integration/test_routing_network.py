@@ -273,7 +273,7 @@ def test_a_ring_of_40_daemons_with_every_default_learns_every_host_and_goes_the_
                     s.send(host + "R", b"%s %d" % (host.encode(), n))
         for host in ids[1:]:
             with mccs.connect(d[host].config, "R") as r:
-                assert [r.recv(timeout=120).data for _ in range(2)] == [b"%s 1" % host.encode(), b"%s 2" % host.encode()]
+                assert [r.recv(timeout=120).data for _ in range(2)] == [b"%s %d" % (host.encode(), n) for n in (1, 2)]
                 assert r.recv(timeout=0.2) is None
             with mccs.connect(d[host].config, "S") as s:
                 for n in (1, 2):
