@@ -352,7 +352,7 @@ class SimNet:
         events = self._events
         while events and isinstance(what := events[0][2], str) and self._stale(events[0][0], what):
             heapq.heappop(events)
-        times = [events[0][0]] if events else []
+        times: list[float | None] = [events[0][0]] if events else []
         times += [m.next_deadline() for ends in self.modems.values() for m in ends]
         if self._to_dte:
             times.append(self.now)
