@@ -15,6 +15,7 @@ KINDS = {
     "calls": "what a call costs on a demand line over emulated Hayes modems: set-up, bytes, data share",
     "hub": "a hub daemon forwarding between N leaves: each line's goodput against alone, the hub's CPU a message",
     "scale": "a network of any size in memory: convergence after cuts and kills, routing bytes a line, exactly once",
+    "idle": "what an idle daemon costs: N daemons on a ring with every default, their memory and CPU an hour",
 }
 
 

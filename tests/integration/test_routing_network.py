@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -297,3 +298,15 @@ def test_a_ring_of_40_daemons_with_every_default_learns_every_host_and_goes_the_
             s.send("AAR", b"and back")
         with mccs.connect(d["AA"].config, "R") as r:
             assert r.recv(timeout=120).data == b"and back"
+
+
+@pytest.mark.timeout(120)
+def test_bench_idle_reports_what_idle_daemons_cost():
+    run = subprocess.run([sys.executable, "-m", "mccs.cli", "bench", "idle", "--daemons", "3", "--watch", "2",
+                          "--settle", "0", "--json"], capture_output=True, text=True, timeout=100)
+    out = json.loads(run.stdout)
+    assert out["daemons"] == 3 and 10 < out["rss_mb"]["median"] <= out["rss_mb"]["max"] < 500, out
+    assert 0 <= out["cpu_s_per_hour"]["median"] <= out["cpu_s_per_hour"]["max"] and out["watched"] >= 2
+    bad = subprocess.run([sys.executable, "-m", "mccs.cli", "bench", "idle", "--daemons", "1"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--daemons must be" in bad.stderr
