@@ -104,7 +104,8 @@ class RoutingTable:
         self.asks: dict[str, dict[tuple[str, str], int]] = {}  # neighbour -> (dest, source) -> number to ask for
         self.asked: dict[str, dict[tuple[str, str], tuple[int, Heard]]] = {}  # dest -> what each (neighbour,
         # source) was asked for while its route stayed as it is, and what the neighbour had said then
-        self.answer: dict[str, dict[str, int]] = {}  # dest -> neighbour whose question was passed on -> number
+        self.answer: dict[str, dict[str, tuple[int, str]]] = {}  # dest -> neighbour whose question was
+        # passed on -> the number and source it asked for
         self._since: dict[str, float] = {}
         self._recompute(0.0)
         self.changed.clear()
@@ -210,14 +211,18 @@ class RoutingTable:
             return f"{dest}={route.dist}/{self.spoken.setdefault(dest, 0)}@{self.host}"
         return f"{dest}={route.dist}/{route.seq}" + (f"@{route.source}" if route.source != dest else "")
 
-    def _answer(self, dest: str, route: Route) -> None:
-        """The neighbours whose question for `dest` this host passed on are told a number as new."""
+    def _answer(self, dest: str, route: Route, moved: bool) -> None:
+        """The neighbours whose question for `dest` this host passed on: told a number as new once
+        there is one; their question passed on again to a new next hop (it may have been lost with
+        the line to the last one)."""
         waiting = self.answer.get(dest, {})
-        for peer, seq in list(waiting.items()):
-            if not newer(seq, route.seq or 0) and peer != route.via:
+        for peer, (seq, source) in list(waiting.items()):
+            if route.seq is not None and source == route.source and not newer(seq, route.seq) and peer != route.via:
                 del waiting[peer]
                 self.told.get(peer, {}).pop(dest, None)
                 self.pending.setdefault(peer, set()).add(dest)
+            elif moved and route.reachable and route.via in self.sequenced and route.via != peer:
+                self.asks.setdefault(route.via, {})[(dest, source)] = seq
 
     def _tell_all(self, dest: str) -> None:
         for pending in self.pending.values():
@@ -244,7 +249,7 @@ class RoutingTable:
             self.pending.setdefault(peer, set()).add(dest)
         elif route.via in self.sequenced:  # (next hops never loop: the question reaches the source)
             self.asks.setdefault(route.via, {})[(dest, source)] = seq
-            self.answer.setdefault(dest, {})[peer] = seq
+            self.answer.setdefault(dest, {})[peer] = (seq, source)
 
     # -- the choice ----------------------------------------------------------------------------
     def _is_feasible(self, dest: str, h: Heard) -> bool:
@@ -292,7 +297,6 @@ class RoutingTable:
         """A neighbour tells a route this host may not take (not feasible) but would, being shorter
         than the one it has or than none: ask that neighbour for a number newer than this host's
         best, of that route's source. Once, until the neighbour says more or the route moves."""
-        asked = self.asked.setdefault(dest, {})
         for peer in self.up & self.sequenced:
             h = self.heard.get(peer, {}).get(dest)
             if h is None or h.seq is None or h.dist + 1 + CALL_COST * (peer in self.calls) >= route.dist \
@@ -300,6 +304,7 @@ class RoutingTable:
                 continue
             best = self.feasible.get((dest, h.source))
             seq = (best[0] if best else h.seq) + 1 & (SEQ_MOD - 1)
+            asked = self.asked.setdefault(dest, {})
             if asked.get((peer, h.source)) != (seq, h):
                 asked[(peer, h.source)] = (seq, h)
                 self.asks.setdefault(peer, {})[(dest, h.source)] = seq
@@ -318,8 +323,9 @@ class RoutingTable:
                 best = self.feasible.get((dest, route.source))
                 if best is None or newer(route.seq, best[0]) or (route.seq == best[0] and route.dist < best[1]):
                     self.feasible[(dest, route.source)] = (route.seq, route.dist)
-                self._answer(dest, route)
             last = self.best.get(dest)
+            if dest in self.answer:
+                self._answer(dest, route, last is None or last.via != route.via)
             if last != route:
                 self.best[dest] = route
                 self._tell_all(dest)

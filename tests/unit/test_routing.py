@@ -510,3 +510,22 @@ def test_a_neighbour_on_a_line_that_is_a_call_is_a_route_between_calls_at_a_cost
     assert rt.next_hop("DD") == "BB" and set(rt.news_for("CC")) == {f"BB={1 + CALL_COST}/5", f"DD={2 + CALL_COST}/3"}
     rt.advert("CC", b"CC=0/0 DD=1/3", 3.0)
     assert rt.next_hop("DD") == "CC"  # 2 by the leased line against 2 + CALL_COST by the call
+
+
+def test_a_question_lost_with_a_line_is_passed_on_to_the_new_next_hop():
+    """BB passed AA's question for DD's number on to CC; the line to CC goes down before CC had
+    it: BB's route moves to EE, and the question goes on to EE. Once EE tells a number as new, AA
+    is told it."""
+    t = RoutingTable("BB", ["AA", "CC", "EE"], {}, learn=True)
+    for peer in ("AA", "CC", "EE"):
+        t.line_up(peer, 0, True, True)
+    t.advert("CC", b"CC=0/0 DD=1/0", 0)
+    t.advert("EE", b"EE=0/0 DD=1/0", 0)
+    assert t.next_hop("DD") == "CC"  # (as short: the lower id)
+    t.news_for("AA"), t.news_for("CC"), t.news_for("EE")
+    t.advert("AA", b"?DD/1", 1)
+    assert t.news_for("CC") == ["?DD/1"]
+    t.line_down("CC", 2)  # the question is lost with the line
+    assert t.next_hop("DD") == "EE" and "?DD/1" in t.news_for("EE")
+    t.advert("EE", b"DD=1/1", 3)
+    assert "DD=2/1" in t.news_for("AA")
