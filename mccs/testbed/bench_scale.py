@@ -8,7 +8,7 @@ message is delivered once, or still waiting for a route, or returned to its send
 Every host has the defaults of a host's config but for its lines' baud. A cut takes a line out for
 half the time between events; a kill is kill -9 with the host away for 60 s, then restarted
 from its checkpoint. Routes have converged when, for every destination, the next hops of the hosts
-that can reach it (over the lines up now) lead to it without a loop.
+that can reach it (over the lines up now, within the hop limit) lead to it without a loop.
 """
 from __future__ import annotations
 
@@ -118,6 +118,7 @@ class Scale:
             lines[a].append(LineConfig(peer=b, port=f"sim://{b}", baud=args.baud))
             lines[b].append(LineConfig(peer=a, port=f"sim://{a}", baud=args.baud))
         self.net = SimNet(directory, lines, seed=args.seed, record=False)
+        self.hop_limit = self.net[self.ids[0]].cfg.hop_limit  # (every host has the default)
         for ch in self.net.channels.values():
             ch.ab.imp.baud = ch.ba.imp.baud = args.baud
         self.cut: set[tuple[str, str]] = set()
@@ -144,15 +145,14 @@ class Scale:
         return nbrs
 
     def converged(self) -> bool:
-        """Every host that can reach a destination has a next hop to it that leads there."""
+        """Every host that can reach a destination (over the lines up, within the hop limit) has a
+        next hop to it that leads there."""
         nbrs = self._up()
         for dest in nbrs:
-            reach, todo = {dest}, [dest]
-            while todo:
-                for n in nbrs[todo.pop()]:
-                    if n not in reach:
-                        reach.add(n)
-                        todo.append(n)
+            reach, todo = {dest}, {dest}
+            for _ in range(self.hop_limit):
+                todo = {n for at in todo for n in nbrs[at] if n not in reach}
+                reach |= todo
             ok = {dest}
             for h in reach:
                 path: list[str] = []
