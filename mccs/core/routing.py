@@ -145,7 +145,8 @@ class RoutingTable:
             {d: Heard(n if n < INFINITY else NO_ROUTE) for d, n in decode_vector(data).items()}, {})
         if not self.learn or peer not in self.up:
             return []
-        said = {d: h for d, h in said.items() if d != self.host and h.source != self.host}
+        # (what it says of a destination this host speaks for came round from here: none through it)
+        said = {d: h if h.source != self.host else Heard(NO_ROUTE, None, d) for d, h in said.items() if d != self.host}
         self.heard.setdefault(peer, {}).update(said)
         for dest in said:  # what it says now may be asked of it again
             for key in [k for k in self.asked.get(dest, ()) if k[0] == peer]:
@@ -217,7 +218,9 @@ class RoutingTable:
         the line to the last one)."""
         waiting = self.answer.get(dest, {})
         for peer, (seq, source) in list(waiting.items()):
-            if route.seq is not None and source == route.source and not newer(seq, route.seq) and peer != route.via:
+            if peer == route.via:  # (the asker is the way there now: its question is moot)
+                del waiting[peer]
+            elif route.seq is not None and source == route.source and not newer(seq, route.seq):
                 del waiting[peer]
                 self.told.get(peer, {}).pop(dest, None)
                 self.pending.setdefault(peer, set()).add(dest)
@@ -234,9 +237,11 @@ class RoutingTable:
         source moves its number on; a host whose route is as new tells it again; one whose route
         is older passes the question on to its next hop."""
         if source == self.host:
-            if dest == self.host and newer(seq, self.seq):
-                self.seq = seq
-            elif dest != self.host and newer(seq, self.spoken.setdefault(dest, 0)):
+            if dest != self.host and dest not in self.spoken:
+                return  # (not a destination this host speaks for: a confused or hostile neighbour)
+            if dest == self.host and not newer(self.seq, seq):  # (unless its own is newer: it may be
+                self.seq = seq  # half the numbers away after a restart, and then neither is newer)
+            elif dest != self.host and not newer(self.spoken[dest], seq):
                 self.spoken[dest] = seq
             self.told.get(peer, {}).pop(dest, None)  # (a newer number alone is news only to the asker)
             self.pending.setdefault(peer, set()).add(dest)
@@ -299,8 +304,10 @@ class RoutingTable:
         best, of that route's source. Once, until the neighbour says more or the route moves."""
         for peer in self.up & self.sequenced:
             h = self.heard.get(peer, {}).get(dest)
-            if h is None or h.seq is None or h.dist + 1 + CALL_COST * (peer in self.calls) >= route.dist \
-                    or self._is_feasible(dest, h):
+            if h is None or h.seq is None or self._is_feasible(dest, h):
+                continue
+            dist = h.dist + 1 + CALL_COST * (peer in self.calls)
+            if dist >= route.dist or dist > self.limit:
                 continue
             best = self.feasible.get((dest, h.source))
             seq = (best[0] if best else h.seq) + 1 & (SEQ_MOD - 1)

@@ -529,3 +529,18 @@ def test_a_question_lost_with_a_line_is_passed_on_to_the_new_next_hop():
     assert t.next_hop("DD") == "EE" and "?DD/1" in t.news_for("EE")
     t.advert("EE", b"DD=1/1", 3)
     assert "DD=2/1" in t.news_for("AA")
+
+
+def test_a_question_for_a_host_not_spoken_for_is_ignored_and_an_entry_come_round_is_none():
+    """A neighbour asks AA for the number of a host AA does not speak for: nothing to answer (it
+    crashed the next update before). A neighbour's route to a destination AA speaks for, under AA's
+    own numbers, came round from AA: it counts as none, replacing what that neighbour said before."""
+    t = RoutingTable("AA", ["BB", "CC", "DD"], {}, learn=True)
+    t.line_up("BB", 0, True, True)
+    t.line_up("DD", 0)  # version 1: AA speaks for what DD reaches
+    t.advert("DD", b"DD=0 EE=1", 0)
+    t.advert("BB", b"?QQ/1@AA ?ZZ/4", 1)
+    assert t.news_for("BB") and t.next_hop("QQ") is None
+    t.advert("BB", b"EE=5/0@XX", 2)
+    t.advert("BB", b"EE=3/0@AA", 3)  # BB now goes to EE through AA: not a way for AA
+    assert t.heard["BB"]["EE"].dist == NO_ROUTE and t.next_hop("EE") == "DD"
