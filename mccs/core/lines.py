@@ -134,6 +134,7 @@ class LineControlBlock:
     large: int = 0  # this sign-on: the largest message that may go in segments (LARGE=, the smaller); 0: none
     features: tuple[str, ...] = ()  # what this sign-on agreed beyond docs/DESIGN.md (FEAT= at both ends)
     routed_before: bool = False  # a sign-on on this line agreed on routing (since the daemon started)
+    adverts_out: int = 0  # routing updates handed to the machine and not yet acknowledged
     downgrades: int = 0  # sign-ons without routing since, each answered by signing on again
     transfer: Transfer | None = None  # the last message sent in segments, for status
     segmented: dict[int, MSGBLOK] = field(default_factory=dict)  # by seq: carried in segments, pieces left to hand
@@ -449,7 +450,7 @@ class Lines:
         elif isinstance(ev, LineUp):
             lcb.state, lcb.backoff = LineState.UP, BACKOFF_MIN
             lcb.counters["ups"] += 1
-            lcb.routed, lcb.features = ROUTE in ev.features, tuple(sorted(ev.features))
+            lcb.routed, lcb.features, lcb.adverts_out = ROUTE in ev.features, tuple(sorted(ev.features)), 0
             lcb.large = ev.large if lcb.routed else 0
             self._epoch(lcb, ev.epoch, fx)
             fx.change(*self.routes.line_up(lcb.peer, now, lcb.routed, SEQROUTE in ev.features))
@@ -617,7 +618,11 @@ class Lines:
 
     def _advertise(self, lcb: LineControlBlock) -> None:
         """A triggered update: what the peer has not heard yet (the table says what moved), in as
-        many messages as it takes."""
+        many messages as it takes; none while the last is unacknowledged, so that what moves
+        meanwhile goes in one update (on an idle line at once; on a busy one, changes that
+        succeed each other while a network converges are not each sent)."""
+        if lcb.adverts_out:
+            return
         parts: list[list[str]] = []
         size = self.max_message
         for token in self.routes.news_for(lcb.peer):  # (at most max_message bytes a message, a token at least)
@@ -631,6 +636,7 @@ class Lines:
                                   Envelope(flags=envelope.ADVERT))
             lcb.counters["routing_bytes"] += len(image)  # what routing costs the line (its frames' images)
             lcb.machine.send(image)
+            lcb.adverts_out += 1
 
     def _send_some(self, lcb: LineControlBlock, fx: Effects, wall: float) -> None:
         """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it,
@@ -832,6 +838,8 @@ class Lines:
         if segments.is_forget(env):
             forget = segments.read_forget(lcb.peer, m.data)
             fx.change(*self.forgets.done(lcb.peer, forget.from_id, forget.msg_id))
+        elif lcb.adverts_out:
+            lcb.adverts_out -= 1
 
     def _too_long(self, lcb: LineControlBlock, blk: MSGBLOK) -> bool:
         """Does the block go in segments on this line now (it does not fit the frame size in use)?"""
