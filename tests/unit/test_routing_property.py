@@ -159,18 +159,11 @@ def test_no_loop_at_any_step_and_shortest_paths_once_quiet_small_networks(scenar
     assert (net.loops, net.not_shortest()) == ([], [])
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios(most=200))
-def test_no_loop_at_any_step_and_shortest_paths_once_quiet_up_to_200_hosts(scenario):
-    net = _run(*scenario)
-    assert (net.loops, net.not_shortest()) == ([], [])
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(most=200))
-def test_no_loop_at_any_step_and_shortest_paths_once_quiet_soak(scenario):
+def test_no_loop_at_any_step_and_shortest_paths_once_quiet_up_to_200_hosts(scenario):
     net = _run(*scenario)
     assert (net.loops, net.not_shortest()) == ([], [])
 
