@@ -522,8 +522,8 @@ class Lines:
         key = image.key_of(img)
         i = next((i for i, (b, _) in enumerate(lcb.active) if b.key == key), None)
         if i is None:
-            if key == (self.host, 0):  # a routing update needs nothing more; a forget is told
-                self._forget_acked(lcb, img, fx)
+            if key == (self.host, 0):  # a routing update or a forget: the daemon's own, no MSGBLOK
+                self._daemon_acked(lcb, img, fx)
             else:
                 lcb.counters["stray_acks"] += 1
             return
@@ -830,7 +830,8 @@ class Lines:
             lcb.machine.send(forget.image(self.host))
             lcb.counters["forgets_sent"] += 1
 
-    def _forget_acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
+    def _daemon_acked(self, lcb: LineControlBlock, img: bytes, fx: Effects) -> None:
+        """A forget's acknowledgement ends it; a routing update's lets the next one go."""
         try:
             m, env = envelope.unwrap(img, len(img))
         except image.ImageError:

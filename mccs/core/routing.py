@@ -345,11 +345,6 @@ class RoutingTable:
         return [ch.add_known_host(d) for d in sorted(learned)]
 
 
-def encode_vector(vector: dict[str, int]) -> bytes:
-    """`AA=0 BB=1 DD=16`: ASCII, one token per destination (a version-1 line)."""
-    return " ".join(f"{d}={n}" for d, n in vector.items()).encode("ascii")
-
-
 def decode_vector(data: bytes) -> dict[str, int]:
     """Raises ValueError on anything but `HOST=N` tokens of 2-character ids."""
     out = {}

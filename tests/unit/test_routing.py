@@ -7,7 +7,7 @@ import pytest
 from mccs.config import RouteConfig
 from mccs.core.pairs import PairsIn, Verdict
 from mccs.core.lists import MSGBLOK
-from mccs.core.routing import NO_ROUTE, Heard, RoutingTable, decode_sequenced, decode_vector, encode_vector
+from mccs.core.routing import NO_ROUTE, Heard, RoutingTable, decode_sequenced, decode_vector
 from mccs.testbed.hostsim import SimNet, line
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,7 +77,7 @@ def test_static_routes_win_and_a_default_route_catches_the_rest():
 
 
 def test_updates_on_the_wire_and_bad_ones_refused():
-    assert decode_vector(encode_vector({"AA": 0, "DD": 16})) == {"AA": 0, "DD": 16}
+    assert decode_vector(b"AA=0 DD=16") == {"AA": 0, "DD": 16}
     for bad in (b"AAA=1", b"AA=x", b"AA", b"\xff=1"):
         with pytest.raises((ValueError, UnicodeDecodeError)):
             decode_vector(bad)
