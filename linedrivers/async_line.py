@@ -161,7 +161,8 @@ class AsyncLine(AsyncSignOn):
 
     def _our_frame(self) -> int:
         """Bytes of the longest of our frames in the window (0 with none)."""
-        return max((self._frame_bytes(len(i)) for i in islice(self._held, self._window)), default=0)
+        longest = max(map(len, islice(self._held, self._window)), default=None)  # (a frame grows with its image)
+        return 0 if longest is None else self._frame_bytes(longest)
 
     def _recent_frame(self) -> int:
         """Bytes of the peer's frames now: the longest of its last window of frames or of one

@@ -1,6 +1,8 @@
 """MCCS identifiers: 2-character host ids and 6-character process ids (docs/DESIGN.md section 2)."""
 from __future__ import annotations
 
+import functools
+
 
 class IdError(ValueError):
     """An id that breaks the rules of docs/DESIGN.md section 2."""
@@ -22,6 +24,11 @@ def process_id(pid: str) -> str:
     """Blank-pad a process id to 6 characters and check it (`"AAR7"` -> `"AAR7  "`)."""
     if not isinstance(pid, str):
         raise IdError(f"invalid process id {pid!r}")
+    return _process_id(pid)
+
+
+@functools.lru_cache(maxsize=4096)  # every image names two, and a host sees few: each is checked once
+def _process_id(pid: str) -> str:
     if len(pid) > 6 or len(pid) < 3:
         raise IdError(f"invalid process id {pid!r}: need a host id and a name of 1-4 characters")
     check_host_id(pid[:2])

@@ -554,6 +554,7 @@ class Lines:
         """After the pass's changes: acknowledge, say busy, hand blocks over, collect the bytes.
         The shell writes them only once the changes are committed."""
         self._settle(fx)
+        streams = self._streams()
         for lcb in self.lcbs.values():
             if lcb.must_confirm:
                 lcb.must_confirm = False
@@ -567,7 +568,7 @@ class Lines:
                 if lcb.routed and self.routes.learn:
                     self._advertise(lcb)
                 active = len(lcb.active)
-                self._send_some(lcb, fx, wall)
+                self._send_some(lcb, streams.get(lcb.peer, []), fx, wall)
                 if len(lcb.active) > active:  # an image for a BSC line held for it goes now, not a pass later
                     self._on_deadline(lcb, self._now)
             self._write(lcb, fx)
@@ -638,18 +639,26 @@ class Lines:
             lcb.machine.send(image)
             lcb.adverts_out += 1
 
-    def _send_some(self, lcb: LineControlBlock, fx: Effects, wall: float) -> None:
-        """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it,
-        highest priority first, each (destination, priority) stream in order, the destinations of
-        one priority taking turns, while the machine has room and the wire is nearly free."""
+    def _streams(self) -> dict[str | None, list[tuple[int, str]]]:
+        """SEND_LIST's (priority, destination) streams, highest priority first, by the peer of
+        the line their next hop is: sorted once a pass, each line's Message-Sender reads its own."""
+        by_line: dict[str | None, list[tuple[int, str]]] = collections.defaultdict(list)
+        for p, d in self.lists.send.priorities():
+            by_line[self.routes.next_hop(d)].append((p, d))
+        return by_line
+
+    def _send_some(self, lcb: LineControlBlock, routed_here: list[tuple[int, str]], fx: Effects, wall: float) -> None:
+        """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it
+        (`routed_here`: its streams), highest priority first, each (destination, priority) stream in
+        order, the destinations of one priority taking turns, while the machine has room and the
+        wire is nearly free."""
         self._forgets_first(lcb, fx)
         lcb.next_hand = None
         if not lcb.active:  # every frame handed is acknowledged: its bytes are out (a line faster than its baud)
             lcb.wire_free = min(lcb.wire_free, self._now)
         room = lcb.machine.room()
         lead = max(LEAD, URGENT_WAIT - lcb.frame_time) if lcb.frame_time else LEAD  # LEAD till a frame shows its length
-        streams = [(p, d) for p, d in self.lists.send.priorities() if self.routes.next_hop(d) == lcb.peer
-                   and (lcb.routed or d == lcb.peer)]  # a version-1 peer takes only its own messages
+        streams = [(p, d) for p, d in routed_here if lcb.routed or d == lcb.peer]  # version 1: only its own
         # a message this line carries in segments is finished here, even if its route moved meanwhile
         moved = {(b.priority, b.dest) for b in lcb.segmented.values()} - set(streams)
         queues: dict[int, list[Iterator[MSGBLOK]]] = {p: [] for p, _ in sorted([*streams, *moved], reverse=True)}
@@ -679,6 +688,8 @@ class Lines:
                 return  # may pass it unnumbered (the line signed on as version 1: it waits for a routed one)
             if blk.flags & DOUBT:  # its destination may have it: it, and all after it, wait to know (mccs.core.custody)
                 return
+            if blk.state is BlockState.IN_FLIGHT and blk.line is None:  # handed whole already: nothing more of it
+                continue
             if self._held_back(blk, wall):
                 continue
             if (not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE
