@@ -2,16 +2,17 @@
 a 3-day trace (no missing image, no script error, no network request), time bins that make a
 curve of either, the frames per bin against a count of the files, the verdict, and progress on
 a terminal (a real pseudo-terminal) but not off one or with --quiet."""
+import contextlib
 import csv
 import gzip
+import io
 import json
 import os
 import pty
 import re
-import select
 import shutil
 import subprocess
-import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -115,30 +116,34 @@ def _bins(report: Path, width: int) -> Counter:
                     int(r["bytes"]) for r in rows if int(r["bytes"])})
 
 
-def _analyze(args: list[str], on_terminal: bool) -> tuple[int, str]:
-    """`mccs analyze` in a child process with its stderr on a pseudo-terminal or a pipe."""
-    command = [sys.executable, "-m", "mccs.cli", "analyze", *args]
-    if not on_terminal:
-        r = subprocess.run(command, capture_output=True, text=True, timeout=280)
-        return r.returncode, r.stderr
+def _analyze(args: list[str]) -> tuple[int, str]:
+    """`mccs analyze ARGS` as the command runs, in this process (so on the tests' Spark session,
+    tests/spark/conftest.py, which its start_session finds running: a JVM less), its stderr on a
+    pseudo-terminal: what a terminal shows. The terminal is read as it is written: a full
+    terminal buffer would stop the writer."""
+    from mccs.cli.main import build_parser
+    parsed = build_parser("analyze").parse_args(["analyze", *args])
     master, slave = pty.openpty()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    out = b""
-    while True:                         # read as it comes: a full terminal buffer would stop the child
-        ready, _, _ = select.select([master], [], [], 1.0)
-        if ready:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:             # the child closed its end
-                chunk = b""
-            if not chunk:
-                break
-            out += chunk
-        elif proc.poll() is not None:
-            break
+    shown = bytearray()
+    reader = threading.Thread(target=_read_terminal, args=(master, shown))
+    reader.start()
+    with os.fdopen(slave, "w", buffering=1) as tty, contextlib.redirect_stderr(tty), \
+            contextlib.redirect_stdout(io.StringIO()):
+        rc = parsed._run(parsed)
+    reader.join(timeout=30)
     os.close(master)
-    return proc.wait(timeout=280), out.decode(errors="replace")
+    return rc, shown.decode(errors="replace")
+
+
+def _read_terminal(fd: int, into: bytearray) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the writer's end is closed
+            return
+        if not chunk:
+            return
+        into += chunk
 
 
 @pytest.mark.spark
@@ -164,11 +169,11 @@ def test_short_window_bins_counted_in_the_first_pass(spark, tmp_path):
 @pytest.mark.spark
 @needs_chromium
 @pytest.mark.timeout(300)
-def test_report_of_a_20_second_trace_in_chromium_with_progress_on_a_terminal(tmp_path):
+def test_report_of_a_20_second_trace_in_chromium_with_progress_on_a_terminal(spark, tmp_path):
     answers = generate(tmp_path / "traces", hosts=3, messages=60, duration=20, outages=0, lost=1, pending=0,
                        duplicated=1)
     report = tmp_path / "report"
-    rc, err = _analyze([str(tmp_path / "traces"), "--out", str(report), "--master", "local[2]"], on_terminal=True)
+    rc, err = _analyze([str(tmp_path / "traces"), "--out", str(report), "--master", "local[2]"])
     assert rc == 0, err
     lines = err.splitlines()
     assert lines[0] == f"mccs analyze: 3 trace files under {tmp_path / 'traces'}", err
@@ -201,11 +206,10 @@ def test_report_of_a_20_second_trace_in_chromium_with_progress_on_a_terminal(tmp
 @pytest.mark.spark
 @needs_chromium
 @pytest.mark.timeout(300)
-def test_report_of_a_3_day_trace_in_chromium_quiet(tmp_path):
+def test_report_of_a_3_day_trace_in_chromium_quiet(spark, tmp_path):
     answers = generate(tmp_path / "traces", hosts=4, messages=2000, duration=3 * 86400, outages=6)
     report = tmp_path / "report"
-    rc, err = _analyze([str(tmp_path / "traces"), "--out", str(report), "--master", "local[2]", "--quiet"],
-                       on_terminal=True)
+    rc, err = _analyze([str(tmp_path / "traces"), "--out", str(report), "--master", "local[2]", "--quiet"])
     assert rc == 0 and err == "", err           # --quiet on a terminal: no progress (and no Spark chatter)
 
     summary = json.loads((report / "summary.json").read_text())
