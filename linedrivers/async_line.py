@@ -375,7 +375,8 @@ class AsyncLine(AsyncSignOn):
         With selective repeat, the frames asked for again go first, and only they."""
         if self._peer_busy:
             return
-        again = sorted(i for i in ((seq - self._tx_base) & 0xFF for seq in self._resend) if i < self._next_i)
+        again = sorted(i for i in ((seq - self._tx_base) & 0xFF for seq in self._resend) if i < self._next_i) \
+            if self._resend else []
         self._resend.clear()
         for i in again:
             self.counters["retransmissions"] += 1

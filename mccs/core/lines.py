@@ -656,9 +656,11 @@ class Lines:
         lcb.next_hand = None
         if not lcb.active:  # every frame handed is acknowledged: its bytes are out (a line faster than its baud)
             lcb.wire_free = min(lcb.wire_free, self._now)
+        streams = [(p, d) for p, d in routed_here if lcb.routed or d == lcb.peer]  # version 1: only its own
+        if not streams and not lcb.segmented:  # nothing for this line (most lines, most passes)
+            return
         room = lcb.machine.room()
         lead = max(LEAD, URGENT_WAIT - lcb.frame_time) if lcb.frame_time else LEAD  # LEAD till a frame shows its length
-        streams = [(p, d) for p, d in routed_here if lcb.routed or d == lcb.peer]  # version 1: only its own
         # a message this line carries in segments is finished here, even if its route moved meanwhile
         moved = {(b.priority, b.dest) for b in lcb.segmented.values()} - set(streams)
         queues: dict[int, list[Iterator[MSGBLOK]]] = {p: [] for p, _ in sorted([*streams, *moved], reverse=True)}

@@ -313,6 +313,8 @@ class Forgets:
 
     def to_hand(self, peer: str, session: int) -> list[Forget]:
         """The forgets for `peer` not yet handed on this sign-on; taken as handed."""
+        if not self.owed:  # (asked for every line, every pass)
+            return []
         out = [f for key, f in self.owed.items() if f.peer == peer and self.handed.get(key) != session]
         for f in out:
             self.handed[f.key] = session
