@@ -556,6 +556,7 @@ class Lines:
         self._settle(fx)
         streams = self._streams()
         for lcb in self.lcbs.values():
+            routed_here = streams.get(lcb.peer, [])
             if lcb.must_confirm:
                 lcb.must_confirm = False
                 lcb.machine.confirm()
@@ -563,12 +564,12 @@ class Lines:
                 lcb.busy = busy
                 lcb.machine.set_busy(busy)
             if isinstance(lcb.machine, CallLine):
-                self._call(lcb, lcb.machine, wall)
+                self._call(lcb, lcb.machine, routed_here, wall)
             if lcb.state is LineState.UP:
                 if lcb.routed and self.routes.learn:
                     self._advertise(lcb)
                 active = len(lcb.active)
-                self._send_some(lcb, streams.get(lcb.peer, []), fx, wall)
+                self._send_some(lcb, routed_here, fx, wall)
                 if len(lcb.active) > active:  # an image for a BSC line held for it goes now, not a pass later
                     self._on_deadline(lcb, self._now)
             self._write(lcb, fx)
@@ -582,7 +583,7 @@ class Lines:
             fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
                      distance=route.dist if route.reachable else None)
 
-    def _call(self, lcb: LineControlBlock, machine: CallLine, wall: float) -> None:
+    def _call(self, lcb: LineControlBlock, machine: CallLine, routed_here: list[tuple[int, str]], wall: float) -> None:
         """A line that is a call: call when a message waits for it; with a schedule, only in its
         windows (in "connected" mode, all of each window), or for an urgent message (docs/CALLS.md)."""
         window = True
@@ -598,15 +599,15 @@ class Lines:
                 lcb.call_window = f"closed until {at:%a %H:%M}" if at else "closed"
         if machine.connected:
             return
-        if machine.keep_up or self._wanted(lcb, wall, 0 if window else lcb.cfg.urgent_priority):
+        if machine.keep_up or self._wanted(routed_here, wall, 0 if window else lcb.cfg.urgent_priority):
             machine.call(self._now)
 
-    def _wanted(self, lcb: LineControlBlock, wall: float, least: int = 0) -> bool:
-        """Does a message of priority `least` or more wait that this line would carry now (as the
-        Message-Sender takes them: not held back, none after one in doubt)? Custody's own messages
-        (LOOSE: states, probes) make no call: they go with the next one."""
-        for priority, dest in self.lists.send.priorities():
-            if priority >= least and self.routes.next_hop(dest) == lcb.peer and any(
+    def _wanted(self, routed_here: list[tuple[int, str]], wall: float, least: int = 0) -> bool:
+        """Does a message of priority `least` or more wait in the streams routed over this line that
+        it would carry now (as the Message-Sender takes them: not held back, none after one in
+        doubt)? Custody's own messages (LOOSE: states, probes) make no call: they go with the next one."""
+        for priority, dest in routed_here:
+            if priority >= least and any(
                     not (b.flags & LOOSE or self._held_back(b, wall))
                     for b in itertools.takewhile(lambda b: not b.flags & DOUBT, self.lists.send.queue(dest, priority))):
                 return True
