@@ -429,6 +429,7 @@ class Lines:
         lcb.segmented.clear()
         lcb.must_confirm = False
         lcb.hold_until = lcb.last_arrival = None  # what was received goes to the next pass
+        lcb.next_hand = None  # (no wire to wait for: a deadline left here would run passes back to back)
         if lcb.routed:
             lcb.routed = False
             fx.change(*self.routes.line_down(lcb.peer, now))  # (a line that is a call stays a route: routing)

@@ -509,6 +509,32 @@ def test_a_line_going_down_gives_its_messages_back_in_order(pair):
     assert r.recv(wait=False)["msg"] is None
 
 
+def test_a_port_lost_while_the_sender_waits_for_its_wire_leaves_no_deadline_behind(tmp_path):
+    """A USB adapter pulled under a queue at 9600 baud: the Message-Sender was waiting for its
+    wire (next_hand) when the line went down. That wait ends with the line; left behind, a
+    deadline in the past ran the daemon's passes back to back, a core at 100%, until the port
+    came back (found by `mccs bench scale`: a line that died the same way)."""
+    import base64
+    from mccs.config import LineConfig
+    net = SimNet(tmp_path, {a: [LineConfig(peer=b, port=f"sim://{b}")] for a, b in (("AA", "BB"), ("BB", "AA"))})
+    for side in "ab":
+        net.channel("AA", "BB").outof(side).imp.baud = 9600
+    aa, lcb = net["AA"], net["AA"].kernel.lines["BB"]
+    assert net.run(lambda: lcb.state is LineState.UP, duration=30)
+    p = aa.client("P")
+    for i in range(40):
+        p.request({"op": "send", "to": "BBR", "data": base64.b64encode(bytes(100)).decode(), "user_id": i + 1})
+    assert net.run(lambda: lcb.next_hand is not None, duration=10)  # the sender waits for the wire
+    aa.port_state("BB", False, "unplugged")
+    before = len(aa.passes)
+    net.run(duration=2.0)
+    assert len(aa.passes) - before < 20  # (it was 20,000: a pass every step of the simulator)
+    assert lcb.state is LineState.DOWN and lcb.next_hand is None
+    aa.port_state("BB", True, "")
+    r = net.client("BB", "R")
+    assert [r.recv()["msg"]["user_id"] for _ in range(40)] == list(range(1, 41))
+
+
 def test_a_full_recv_list_makes_the_line_busy_and_loses_nothing(tmp_path):
     net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]}, buffers=3)
     p, r = net.client("AA", "P"), net.client("BB", "R")
