@@ -261,20 +261,28 @@ class RoutingTable:
         best = self.feasible.get((dest, h.source))
         return h.seq is not None and (best is None or newer(h.seq, best[0]) or (h.seq == best[0] and h.dist < best[1]))
 
-    def _choose(self, dest: str) -> Route:
+    def _choose(self, dest: str) -> tuple[Route, list[tuple[str, Heard, int]]]:
+        """The best route to `dest`, and what sequenced neighbours tell of it that this host may
+        not take (not feasible): (neighbour, what it said, the distance through it), for
+        `_ask_for_better`. One walk of the neighbours for both."""
         if dest in self.static:
-            return Route(dest, self.static[dest], 1 if self.static[dest] == dest else NO_ROUTE, "static")
+            return Route(dest, self.static[dest], 1 if self.static[dest] == dest else NO_ROUTE, "static"), []
         if dest in self.direct_only:
-            return Route(dest, dest, 1, "neighbour")
+            return Route(dest, dest, 1, "neighbour"), []
+        unfeasible: list[tuple[str, Heard, int]] = []
         if self.learn:
             current = self.best.get(dest)
-            candidates = []
+            kept = current.via if current is not None else None
+            best: tuple[int, bool, str, Heard | None] | None = None
             for peer in self.up:
-                h = self.heard.get(peer, {}).get(dest)
-                cost = 1 + CALL_COST * (peer in self.calls)
+                h = self.heard.get(peer, _NOTHING).get(dest)
+                cost = 1 + CALL_COST if peer in self.calls else 1
                 if peer == dest:  # a direct line ends at its destination: never a loop
                     dist = cost
-                    h = h if h is not None and h.seq is not None else None
+                    if h is None or h.seq is None:
+                        h = None
+                    elif peer in self.sequenced and not self._is_feasible(dest, h):
+                        unfeasible.append((peer, h, dist))
                 elif h is None or h.dist >= NO_ROUTE:
                     continue
                 elif h.seq is None:  # a version-1 peer's distance
@@ -283,34 +291,36 @@ class RoutingTable:
                         continue
                 else:
                     dist = h.dist + cost
-                    if dist > self.limit or not self._is_feasible(dest, h):
+                    if not self._is_feasible(dest, h):
+                        if peer in self.sequenced:
+                            unfeasible.append((peer, h, dist))
                         continue
-                keep = current is not None and current.via == peer
-                candidates.append((dist, not keep, peer, h))
-            if candidates:
-                dist, _, peer, h = min(candidates, key=lambda c: c[:3])
+                    if dist > self.limit:
+                        continue
+                candidate = (dist, peer != kept, peer, h)
+                if best is None or candidate[:3] < best[:3]:
+                    best = candidate
+            if best is not None:
+                dist, _, peer, h = best
                 return Route(dest, peer, dist, "neighbour" if peer == dest else "learned",
-                             h.seq if h else None, h.source if h else "")
+                             h.seq if h else None, h.source if h else ""), unfeasible
         if dest in self.neighbours:
             return Route(dest, dest, (1 + CALL_COST * (dest in self.calls)) if dest in self.up else NO_ROUTE,
-                         "neighbour")
+                         "neighbour"), unfeasible
         if DEFAULT in self.static:
-            return Route(dest, self.static[DEFAULT], NO_ROUTE, "default")
-        return Route(dest, None, NO_ROUTE, "none")
+            return Route(dest, self.static[DEFAULT], NO_ROUTE, "default"), unfeasible
+        return Route(dest, None, NO_ROUTE, "none"), unfeasible
 
-    def _ask_for_better(self, dest: str, route: Route) -> None:
+    def _ask_for_better(self, dest: str, route: Route, unfeasible: list[tuple[str, Heard, int]]) -> None:
         """A neighbour tells a route this host may not take (not feasible) but would, being shorter
         than the one it has or than none: ask that neighbour for a number newer than this host's
-        best, of that route's source. Once, until the neighbour says more or the route moves."""
-        for peer in self.up & self.sequenced:
-            h = self.heard.get(peer, {}).get(dest)
-            if h is None or h.seq is None or self._is_feasible(dest, h):
-                continue
-            dist = h.dist + 1 + CALL_COST * (peer in self.calls)
+        best, of that route's source. Once, until the neighbour says more or the route moves.
+        (Choosing the route only made the feasibility condition stricter: `unfeasible` stands.)"""
+        for peer, h, dist in unfeasible:
             if dist >= route.dist or dist > self.limit:
                 continue
             best = self.feasible.get((dest, h.source))
-            seq = (best[0] if best else h.seq) + 1 & (SEQ_MOD - 1)
+            seq = (best[0] if best else h.seq or 0) + 1 & (SEQ_MOD - 1)  # (h.seq is a number here)
             asked = self.asked.setdefault(dest, {})
             if asked.get((peer, h.source)) != (seq, h):
                 asked[(peer, h.source)] = (seq, h)
@@ -320,12 +330,11 @@ class RoutingTable:
         """The routes to `dests` again (an update changes only the destinations it names), or every
         route (a line came or went); the hosts learned for the first time are remembered."""
         names = {d for heard in self.heard.values() for d in heard} if dests is None else set(dests)
-        learned = {d for d in names if any(h.dist < NO_ROUTE for heard in self.heard.values()
-                                           if (h := heard.get(d)) is not None)}
-        learned -= self.known | {self.host}
+        learned = {d for d in names - self.known if d != self.host and any(
+            h.dist < NO_ROUTE for heard in self.heard.values() if (h := heard.get(d)) is not None)}
         self.known |= learned
         for dest in self.known if dests is None else sorted(names & self.known):
-            route = self._choose(dest)
+            route, unfeasible = self._choose(dest)
             if route.seq is not None:  # what this host may tell of the source from now on
                 best = self.feasible.get((dest, route.source))
                 if best is None or newer(route.seq, best[0]) or (route.seq == best[0] and route.dist < best[1]):
@@ -340,9 +349,12 @@ class RoutingTable:
                 if last is None or (last.via, last.dist, last.kind) != (route.via, route.dist, route.kind):
                     self._since[dest] = now
                     self.changed.append(route)
-            if self.learn and self.sequenced and route.kind != "static" and route.via not in self.direct_only:
-                self._ask_for_better(dest, route)
+            if unfeasible and route.kind != "static" and route.via not in self.direct_only:
+                self._ask_for_better(dest, route, unfeasible)
         return [ch.add_known_host(d) for d in sorted(learned)]
+
+
+_NOTHING: dict[str, Heard] = {}
 
 
 def decode_vector(data: bytes) -> dict[str, int]:

@@ -184,7 +184,7 @@ class Scale:
         """Replies to the SENDs (accepted or not) and the messages the receivers were handed."""
         for (host, rid), (flow, seq) in list(self.pending.items()):
             c = self.senders.get(host)
-            reply = c.reply(rid) if c is not None else None
+            reply = c.reply(rid) if c is not None and c.host.inbox.get(c.conn) else None  # (most steps: none)
             if reply is not None:
                 del self.pending[host, rid]
                 if reply.get("ok"):
@@ -198,7 +198,7 @@ class Scale:
                 c = self.net.client(host, "R")
                 self.receivers[host] = (c, c.request({"op": "recv", "wait": True}), [])
             c, rid, confirming = self.receivers[host]
-            reply = c.reply(rid)
+            reply = c.reply(rid) if c.host.inbox.get(c.conn) else None
             if reply is None:
                 continue
             for flow, seq in confirming:  # the RECV's reply comes after its confirms' commit
