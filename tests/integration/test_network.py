@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -66,6 +67,35 @@ def test_line_down_longer_than_traffic_messages_wait_then_arrive(daemon_pair):
         assert r.recv(wait=False) is None
         line.reconnect()
         got = [r.recv(timeout=30) for _ in range(30)]
+        assert [m.msg_id for m in got] == ids
+        assert r.recv(timeout=1) is None
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_whose_port_is_pulled_under_load_waits_idle_for_it(daemon_pair):
+    """The adapter pulled while messages stream (the Message-Sender waiting for the wire): the
+    daemon waits for the port with next to no CPU, and every message arrives once it is back.
+    (A deadline the dead line left behind once ran its passes back to back, a core at 100%.)"""
+    vl, a, b = daemon_pair("async")
+    line = vl.lines["AA-BB"]
+    with mccs.connect(a.config, "S") as s, mccs.connect(b.config, "R") as r:
+        _wait_line(s)
+        ids = [s.send("BBR", bytes(100)) for _ in range(400)]
+        while s.status()["lists"]["send"] > 300:  # streaming
+            time.sleep(0.01)
+        line.hangup()
+        _wait_line(s, "DOWN", timeout=10)
+        before = _cpu_seconds(a.proc.pid)
+        time.sleep(3.0)
+        used = _cpu_seconds(a.proc.pid) - before
+        assert used < 1.0, f"the daemon used {used:.2f} CPU-s of 3 s waiting for its port"
+        line.reconnect()
+        got = [r.recv(timeout=30) for _ in ids]
         assert [m.msg_id for m in got] == ids
         assert r.recv(timeout=1) is None
 
