@@ -356,7 +356,8 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
     reordered = sum(sum(1 for a, b in zip(f.got, f.got[1:]) if b < a and b not in f.got[:f.got.index(a)])
                     for f in s.flows)  # (not counting one handed again after a restart)
     lines = max(1, len(s.edges))
-    cores = [(s.net.hosts.get(h) or s.away[h]).kernel for h in s.ids]
+    hosts = [s.net.hosts.get(h) or s.away[h] for h in s.ids]
+    cores = [h.kernel for h in hosts]
     held = sum(blk.to_id[2:] == "R   " for core in cores for blk in core.lists.send)  # waiting for a route still
     returned = sum(len(box.ready) for core in cores for pid, box in core.lists.recv.boxes.items()
                    if pid[2:] == "S   ")  # notices to the senders: returned undeliverable (the hop limit)
@@ -369,13 +370,17 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
             "messages": {"refused": sum(f.refused for f in s.flows), "accepted": accepted, "delivered": delivered,
                          "waiting": held, "returned": returned, "lost": accepted - delivered - held - returned,
                          "duplicated": duplicated, "reordered": reordered},
+            "passes": {"total": sum(h.pass_count for h in hosts),
+                       "per_host_second": round(sum(h.pass_count for h in hosts) / (args.hosts * s.net.now), 3)
+                       if s.net.now else 0.0,
+                       "busiest_second": max((h.busiest for h in hosts), default=0)},
             "wall_seconds": round(wall, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "rss_per_host_kb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / args.hosts, 1)}
 
 
 def table(out: dict) -> str:
-    m, r = out["messages"], out["routing_bytes"]
+    m, r, p = out["messages"], out["routing_bytes"], out["passes"]
     conv = "  ".join(f"{c['event']} at {c['at']:g} s: " + ("never" if c["seconds"] is None else f"{c['seconds']:g} s")
                      for c in out["converged"])
     return "\n".join([
@@ -387,6 +392,8 @@ def table(out: dict) -> str:
         f"delivered once {m['delivered']:,}  "
         f"waiting for a route {m['waiting']:,}  returned undeliverable {m['returned']}  lost {m['lost']}  "
         f"duplicated {m['duplicated']}  reordered {m['reordered']}",
+        f"  passes              {p['total']:,} ({p['per_host_second']:g} a host a simulated second; "
+        f"the most one host ran in a second: {p['busiest_second']:,})",
         f"  wall time           {out['wall_seconds']:g} s   peak memory {out['peak_rss_mb']:g} MB "
         f"({out['rss_per_host_kb']:g} kB a host)",
         "  targets (issue 38)  " + "  ".join(f"{name.replace('_', ' ')}: " + ("-" if ok is None else "met" if ok

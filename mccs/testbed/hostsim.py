@@ -58,6 +58,9 @@ class SimHost:
         self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
         self.passes: list[Effects] = []  # every pass's effects, oldest first (if the net records)
+        self.pass_count = 0
+        self.busiest = 0  # the most passes it ran in one simulated second (a host that spins shows here)
+        self._second, self._in_second = -1, 0
         self.traces: list[TraceEvent] = []  # every trace event written, oldest first (if the net records)
         self.starts: list[StartProgram] = []  # every program the daemon would have started
         self.fail_next_commit = False
@@ -117,6 +120,7 @@ class SimHost:
 
     def run_pass(self) -> Effects:
         fx = self.kernel.run_pass(self.net.now, WALL0 + self.net.now)
+        self._counted()
         if self.net.record:
             self.passes.append(fx)
         self.due = fx.deadline
@@ -129,6 +133,13 @@ class SimHost:
             return fx
         perform(fx, self.cp, self)
         return fx
+
+    def _counted(self) -> None:
+        self.pass_count += 1
+        second = int(self.net.now)
+        self._in_second = self._in_second + 1 if second == self._second else 1
+        self._second = second
+        self.busiest = max(self.busiest, self._in_second)
 
     # -- the simulated shell (mccs.daemon.driver.Shell) ------------------------------------------------------
     def emit_trace(self, ev: TraceEvent) -> None:

@@ -44,6 +44,8 @@ def test_a_ring_with_a_cut_and_a_kill_converges_and_carries_every_message_once_i
     assert all(c["seconds"] is not None and c["seconds"] < 60 for c in out["converged"]), out["converged"]
     assert 0 < out["routing_bytes"]["mean"] <= out["routing_bytes"]["max"]
     assert 0 < out["routing_bytes"]["max_share"] < 0.05
+    passes = out["passes"]  # each host has something to do a few times a second at most: none spins
+    assert 0 < passes["per_host_second"] < 5 and 0 < passes["busiest_second"] < 200, passes
 
 
 @pytest.mark.timeout(120)
