@@ -184,8 +184,12 @@ class AsyncLine(AsyncSignOn):
     def _silence(self) -> float:
         """A line that brought no byte at all for this long while an answer is awaited is down (a
         cut cable, a dead peer), found sooner than by the whole retry limit: a live peer answers
-        within a reply timeout, and a long frame on its way is bytes arriving."""
-        return max(2 * self.keepalive, 2 * self._timeout())
+        within a reply timeout, and a long frame on its way is bytes arriving. An idle line's
+        keep-alive goes after `keepalive` of silence: two reply timeouts more without a byte, and
+        it is down (at most two keep-alives: 36 s with the defaults, so that routes move round a
+        cut within a minute: docs/ROUTING.md)."""
+        timeout = self._timeout()
+        return max(2 * timeout, min(2 * self.keepalive, self.keepalive + 2 * timeout))
 
     # --- the interface (docs/DESIGN.md 4.0) -----------------------------------------------------
     def start(self, now: float) -> None:

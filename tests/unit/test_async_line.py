@@ -272,8 +272,12 @@ def test_damaged_bytes_show_a_live_line_so_then_the_retries_decide(noise, reason
 
 
 @pytest.mark.timeout(10)
-def test_keepalive_and_dead_line():
-    h = up_pair(keepalive=30.0, retry_limit=2)
+@pytest.mark.parametrize("retry_limit,reason,most", [(7, "silent line", 30 + 2 * 3.0), (0, "dead line", 30 + 3.0)])
+def test_keepalive_and_dead_line(retry_limit, reason, most):
+    """An idle line cut: its keep-alive goes unanswered. With the defaults it is down two reply
+    timeouts after that (the silence rule: 36 s after the last byte); with no retries, at the
+    first reply timeout."""
+    h = up_pair(keepalive=30.0, retry_limit=retry_limit)
     h.run_for(95)
     p_tx = [t for t, s, e in h.events if isinstance(e, FrameTraced) and e.kind == "P" and e.dir == "tx"]
     assert 3 <= len(p_tx) <= 6 and p_tx[0] == pytest.approx(30, abs=0.1)  # at most one P per side per 30 s
@@ -283,7 +287,7 @@ def test_keepalive_and_dead_line():
     t0 = h.now
     h.run_for(45)
     (t_a, down), = events_of(h, "a", LineDown)[:1]
-    assert down.reason == "dead line" and t0 + 30 - 3 < t_a <= t0 + 30 + 3 * 3.0 + 0.1
+    assert down.reason.startswith(reason) and t0 + 30 - 3 < t_a <= t0 + most + 0.1
 
 
 @pytest.mark.timeout(10)
