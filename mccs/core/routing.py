@@ -225,7 +225,7 @@ class RoutingTable:
                 self.told.get(peer, {}).pop(dest, None)
                 self.pending.setdefault(peer, set()).add(dest)
             elif moved and route.reachable and route.via in self.sequenced and route.via != peer:
-                self.asks.setdefault(route.via, {})[(dest, source)] = seq
+                self._ask(route.via, dest, source, seq)
 
     def _tell_all(self, dest: str) -> None:
         for pending in self.pending.values():
@@ -253,8 +253,18 @@ class RoutingTable:
             self.told.get(peer, {}).pop(dest, None)
             self.pending.setdefault(peer, set()).add(dest)
         elif route.via in self.sequenced:  # (next hops never loop: the question reaches the source)
-            self.asks.setdefault(route.via, {})[(dest, source)] = seq
-            self.answer.setdefault(dest, {})[peer] = (seq, source)
+            self._ask(route.via, dest, source, seq)
+            waiting = self.answer.setdefault(dest, {})
+            if peer not in waiting or waiting[peer][1] != source or newer(seq, waiting[peer][0]):
+                waiting[peer] = (seq, source)  # (a question for an older number does not replace it)
+
+    def _ask(self, peer: str, dest: str, source: str, seq: int) -> None:
+        """Ask `peer` for number `seq` of `source` or newer, unless a newer one is to be asked of
+        it already: a question for an older number never replaces one for a newer (the asker
+        of the newer would wait for an answer that nobody then owes it)."""
+        asks = self.asks.setdefault(peer, {})
+        if (dest, source) not in asks or newer(seq, asks[dest, source]):
+            asks[dest, source] = seq
 
     # -- the choice ----------------------------------------------------------------------------
     def _is_feasible(self, dest: str, h: Heard) -> bool:
@@ -324,7 +334,7 @@ class RoutingTable:
             asked = self.asked.setdefault(dest, {})
             if asked.get((peer, h.source)) != (seq, h):
                 asked[(peer, h.source)] = (seq, h)
-                self.asks.setdefault(peer, {})[(dest, h.source)] = seq
+                self._ask(peer, dest, h.source, seq)
 
     def _recompute(self, now: float, dests: Iterable[str] | None = None) -> list[Change]:
         """The routes to `dests` again (an update changes only the destinations it names), or every

@@ -53,6 +53,27 @@ def test_sequenced_updates_carry_the_source_number_and_take_only_feasible_routes
     assert t.seq == 7 and t.news_for("DD") == ["AA=0/7"] and t.news_for("BB") == []  # a number alone: to the asker
 
 
+def test_a_question_for_an_older_number_does_not_replace_one_for_a_newer():
+    """Found by the property test: AC asks AO for AM's number 2, then (for another asker) for 1.
+    AO passes both on; AM answers 1, then 2. AO owes AC the 2: it must tell it, though a newer
+    number alone is news only to those that asked (a question for 1 had replaced the one for 2,
+    so AC, and its asker behind it, waited for ever on a longer route)."""
+    ao = RoutingTable("AO", ["AC", "AM"], {}, True)
+    for peer in ("AC", "AM"):
+        ao.line_up(peer, 0.0, True, True)
+    ao.advert("AM", b"AM=0/0", 0.0)
+    ao.news_for("AC")
+    ao.news_for("AM")
+    ao.advert("AC", b"?AM/2", 0.0)
+    assert ao.news_for("AM") == ["?AM/2"]
+    ao.advert("AC", b"?AM/1", 0.0)
+    assert ao.news_for("AM") == ["?AM/1"]  # (passed on too; the 2 is still owed to AC)
+    ao.advert("AM", b"AM=0/1", 0.0)
+    assert ao.news_for("AC") == []
+    ao.advert("AM", b"AM=0/2", 0.0)
+    assert ao.news_for("AC") == ["AM=1/2"]
+
+
 def test_a_version_1_peers_routes_are_spoken_for_on_sequenced_lines():
     """BB speaks version 1, DD sequenced: AA tells DD of what BB reaches under its own numbers."""
     t = RoutingTable("AA", ["BB", "DD"], {}, learn=True)
