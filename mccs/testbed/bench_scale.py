@@ -358,6 +358,7 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
     lines = max(1, len(s.edges))
     hosts = [s.net.hosts.get(h) or s.away[h] for h in s.ids]
     cores = [h.kernel for h in hosts]
+    passes = sum(h.pass_count for h in hosts)
     held = sum(blk.to_id[2:] == "R   " for core in cores for blk in core.lists.send)  # waiting for a route still
     returned = sum(len(box.ready) for core in cores for pid, box in core.lists.recv.boxes.items()
                    if pid[2:] == "S   ")  # notices to the senders: returned undeliverable (the hop limit)
@@ -370,9 +371,8 @@ def _figures(args: argparse.Namespace, s: Scale, converge: list[dict], wall: flo
             "messages": {"refused": sum(f.refused for f in s.flows), "accepted": accepted, "delivered": delivered,
                          "waiting": held, "returned": returned, "lost": accepted - delivered - held - returned,
                          "duplicated": duplicated, "reordered": reordered},
-            "passes": {"total": sum(h.pass_count for h in hosts),
-                       "per_host_second": round(sum(h.pass_count for h in hosts) / (args.hosts * s.net.now), 3)
-                       if s.net.now else 0.0,
+            "passes": {"total": passes,
+                       "per_host_second": round(passes / (args.hosts * s.net.now), 3) if s.net.now else 0.0,
                        "busiest_second": max((h.busiest for h in hosts), default=0)},
             "wall_seconds": round(wall, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
