@@ -149,6 +149,7 @@ class LineControlBlock:
     schedule: Schedule | None = None  # call = "schedule": when it may call (docs/CALLS.md)
     call_window: str = ""  # the schedule's window at the last pass: "open", or "closed until <local time>"
     window_check: float | None = None  # when a pass looks at the schedule again: the next minute (monotonic)
+    due: float | None = None  # the earliest of the times above and the machine's, as the last pass running it left them
 
     @property
     def window(self) -> int:
@@ -213,6 +214,11 @@ class Lines:
         self.forgets = forgets or Forgets()
         # blocks in segments a next host holds the start of (acked_by), and the forget it gets if they do not end there
         self.holding: dict[int, tuple[MSGBLOK, Forget]] = {}
+        # A pass runs the lines its inputs touched (bytes, a port, the operator), those whose time has
+        # come, and those with something to send; the others are as the last pass left them (Lines.send).
+        self._touched: set[str] = set(self.lcbs)
+        self._ran: set[str] = set()  # the lines this pass's receive() ran
+        self._busy = False
         for blk in self.lists.send:
             if blk.acked and blk.acked_by:
                 self._holds(blk)
@@ -270,6 +276,7 @@ class Lines:
         traced (a block of a segment, an acknowledgement) waits up to TRACE_DELAY, stamped with
         the time it came, so the passes of a busy line do not fall between a block and its answer."""
         lcb = self.lcbs[peer]
+        self._touched.add(peer)
         lcb.machine.receive_data(data, now)
         new = lcb.machine.events()
         for ev in new:
@@ -347,6 +354,7 @@ class Lines:
         machine = lcb.machine
         if not isinstance(machine, CallLine):
             raise RequestError(Code.BAD_REQUEST, f"the line to {req.peer} is not a call (it has no dial or answer)")
+        self._touched.add(req.peer)
         if req.action == "hangup":
             machine.hang_up(now, "the operator hung up")
         elif not lcb.cfg.dial:
@@ -359,6 +367,7 @@ class Lines:
                    modem_lines: bool = False) -> None:
         """The port opened (`modem_lines`: it has DTR and DCD) or was lost."""
         lcb = self.lcbs[peer]
+        self._touched.add(peer)
         lcb.port_open = is_open
         if is_open:
             if isinstance(lcb.machine, CallLine):
@@ -373,6 +382,7 @@ class Lines:
     def carrier(self, peer: str, on: bool, now: float) -> None:
         """The port's DCD changed (a port with modem lines, on a line that is a call)."""
         machine = self.lcbs[peer].machine
+        self._touched.add(peer)
         if isinstance(machine, CallLine):
             machine.carrier(on, now)
 
@@ -391,8 +401,12 @@ class Lines:
 
     # -- in the pass: timers and the Message-Receiver --------------------------------------------
     def receive(self, fx: Effects, now: float, wall: float) -> None:
+        """The Message-Receiver of the lines touched since the last pass, or whose time has come."""
         self._now = now
-        for lcb in self.lcbs.values():
+        ran = [lcb for peer, lcb in self.lcbs.items()
+               if peer in self._touched or (lcb.due is not None and lcb.due <= now)]
+        self._ran, self._touched = {lcb.peer for lcb in ran}, set()
+        for lcb in ran:
             if lcb.signon_at is not None and now >= lcb.signon_at:
                 self._sign_on(lcb, now)
             if not self._on_deadline(lcb, now) and lcb.hold_until is not None and now < lcb.hold_until:
@@ -553,10 +567,17 @@ class Lines:
     # -- acknowledgements, busy, the Message-Sender, bytes out ------------------------------------
     def send(self, fx: Effects, busy: bool, wall: float) -> None:
         """After the pass's changes: acknowledge, say busy, hand blocks over, collect the bytes.
-        The shell writes them only once the changes are committed."""
+        The shell writes them only once the changes are committed. A line runs here if receive()
+        ran it or it may have something to send; another has nothing new (no input, no time come,
+        nothing for it): passing it by is what keeps a pass the size of its event on a hub."""
         self._settle(fx)
         streams = self._streams()
+        every, self._busy = busy != self._busy or bool(self.forgets.owed), busy
         for lcb in self.lcbs.values():
+            if not (every or lcb.peer in self._ran or lcb.peer in streams or lcb.segmented
+                    or isinstance(lcb.machine, CallLine)
+                    or (lcb.routed and not lcb.adverts_out and self.routes.has_news(lcb.peer))):
+                continue
             routed_here = streams.get(lcb.peer, [])
             if lcb.must_confirm:
                 lcb.must_confirm = False
@@ -579,7 +600,9 @@ class Lines:
                     self._trace_frame(lcb, ev, fx)
                 else:  # (a timer the machine acted on above): the next pass, at once, takes it
                     lcb.backlog.append((ev, self._now))
+                    self._touched.add(lcb.peer)
                     fx.wake_at(self._now)
+            lcb.due = _due(lcb)
         for route in self.routes.take_changes():
             fx.trace("line", "route", route.via, None, to=route.dest, source=route.kind,
                      distance=route.dist if route.reachable else None)
@@ -890,10 +913,15 @@ class Lines:
         return False
 
     def deadline(self) -> float | None:
-        times = [t for lcb in self.lcbs.values()
-                 for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until, lcb.window_check,
-                           *(at for _, at in lcb.give_up.values())) if t is not None]
-        return min(times, default=None)
+        return min((lcb.due for lcb in self.lcbs.values() if lcb.due is not None), default=None)
+
+
+def _due(lcb: LineControlBlock) -> float | None:
+    """When the line needs a pass next, by itself. Only inputs move a machine's deadline, and the
+    line's own times move only in passes that run it: kept until then (Lines.send)."""
+    times = [t for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until,
+                         lcb.window_check, *(at for _, at in lcb.give_up.values())) if t is not None]
+    return min(times, default=None)
 
 
 def _frame_time(lcb: LineControlBlock) -> float:

@@ -38,8 +38,7 @@ tell each neighbour is taken with `news_for`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from checkpoint import changes as ch
 from checkpoint.changes import Change
@@ -56,16 +55,14 @@ def newer(a: int, b: int) -> bool:
     return 0 < (a - b) % SEQ_MOD < SEQ_MOD // 2
 
 
-@dataclass(frozen=True)
-class Heard:
-    """What a neighbour said of a destination."""
+class Heard(NamedTuple):
+    """What a neighbour said of a destination. (Tuples: a thousand hosts make millions.)"""
     dist: int  # NO_ROUTE: withdrawn
     seq: int | None = None  # None: a version-1 peer's distance, which has no number
     source: str = ""  # whose numbers `seq` counts: the destination, or a host that speaks for it
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     dest: str
     via: str | None
     dist: int  # hops (a call's cost added); NO_ROUTE when `via` is known but the destination is not reachable now
@@ -99,7 +96,7 @@ class RoutingTable:
         self.seq = 0  # this host's own number: moved on only when a neighbour asks for a newer one
         self.spoken: dict[str, int] = {}  # numbers of the destinations this host speaks for
         self.feasible: dict[tuple[str, str], tuple[int, int]] = {}  # (dest, source) -> best (seq, dist) chosen
-        self.told: dict[str, dict[str, str]] = {}  # neighbour -> destination -> what it was last told
+        self.told: dict[str, dict[str, str]] = {}  # neighbour -> destination -> what it was last told, its number aside
         self.pending: dict[str, set[str]] = {}  # neighbour -> destinations whose entry may have moved
         self.asks: dict[str, dict[tuple[str, str], int]] = {}  # neighbour -> (dest, source) -> number to ask for
         self.asked: dict[str, dict[tuple[str, str], tuple[int, Heard]]] = {}  # dest -> what each (neighbour,
@@ -167,6 +164,10 @@ class RoutingTable:
     def is_known(self, dest: str) -> bool:
         return dest == self.host or dest in self.known or DEFAULT in self.static
 
+    def has_news(self, peer: str) -> bool:
+        """Does `peer` have entries or numbers to be told (news_for), as far as a cheap look says?"""
+        return bool(self.pending.get(peer) or self.asks.get(peer))
+
     def news_for(self, peer: str) -> list[str]:
         """The update tokens `peer` has not heard yet (section 3): the entries that moved since it
         was last told, then the numbers asked of it. Costs only what changed. A newer number
@@ -179,9 +180,9 @@ class RoutingTable:
         dests, self.pending[peer] = self.pending.get(peer, set()), set()
         for dest in sorted(dests):
             token = self._entry(dest, peer)
-            last = told.get(dest, token if token.endswith("=-") else None)  # (nothing to withdraw yet)
-            if last is None or _SEQ.sub("", last) != _SEQ.sub("", token):
-                told[dest] = token
+            plain = _SEQ.sub("", token) if "/" in token else token
+            if told.get(dest, plain if plain.endswith("=-") else None) != plain:  # (nothing to withdraw yet)
+                told[dest] = plain
                 news.append(token)
         for (dest, source), seq in sorted(self.asks.pop(peer, {}).items()):
             news.append(f"?{dest}/{seq}" + (f"@{source}" if source != dest else ""))

@@ -535,6 +535,36 @@ def test_a_port_lost_while_the_sender_waits_for_its_wire_leaves_no_deadline_behi
     assert [r.recv()["msg"]["user_id"] for _ in range(40)] == list(range(1, 41))
 
 
+def test_a_pass_runs_only_the_lines_it_has_something_for(tmp_path):
+    """A hub of six lines forwards a stream between two of its leaves, every default but the
+    simulator's short timers: the passes that carry it do not look at the four idle lines'
+    machines (a pass the size of its event, issue 36); those lines still keep their own time
+    (keep-alives) and carry a message when one comes."""
+    import base64
+    leaves = [f"L{i}" for i in range(1, 7)]
+    net = SimNet(tmp_path, {"HB": [line(leaf) for leaf in leaves], **{leaf: [line("HB")] for leaf in leaves}})
+    hub = net["HB"]
+    assert net.run(lambda: all(net[leaf].kernel.known_host(other) for leaf in leaves for other in leaves), duration=30)
+    asked: dict[str, int] = {leaf: 0 for leaf in leaves}
+    for leaf in leaves:
+        machine = hub.kernel.lines[leaf].machine
+        def counted(deadline=machine.next_deadline, leaf=leaf):
+            asked[leaf] += 1
+            return deadline()
+        machine.next_deadline = counted
+    p, r = net.client("L1", "P"), net.client("L2", "R")
+    before = len(hub.passes)
+    for i in range(60):
+        p.request({"op": "send", "to": "L2R", "data": base64.b64encode(bytes(100)).decode(), "user_id": i + 1})
+    assert [r.recv()["msg"]["user_id"] for _ in range(60)] == list(range(1, 61))
+    passes = len(hub.passes) - before
+    assert passes > 30 and asked["L1"] > 30 and asked["L2"] > 30
+    assert all(asked[leaf] <= passes // 5 for leaf in leaves[2:]), (passes, asked)  # (before: twice each pass)
+    q = net.client("L6", "R")
+    net.client("L5", "P").request({"op": "send", "to": "L6R", "data": "aGk=", "user_id": 1})
+    assert q.recv()["msg"]["user_id"] == 1
+
+
 def test_a_full_recv_list_makes_the_line_busy_and_loses_nothing(tmp_path):
     net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]}, buffers=3)
     p, r = net.client("AA", "P"), net.client("BB", "R")
