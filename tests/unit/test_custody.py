@@ -255,6 +255,7 @@ def test_an_origin_restored_from_a_backup_delivers_once_what_had_not_left_it_whe
         net.channel("AA", "BB").reconnect()
         flow.take(20)  # numbered and delivered after the backup: the restored AA must not send them again
         flow.send(2)
+        flow.take(2)  # (they leave AA before its disk is lost: one accepted and lost with it is not the case here)
     net["AA"].restore(backup)
     aa = net["AA"].kernel
     assert aa.custody.status()["doubts"] == doubtful
