@@ -134,6 +134,7 @@ class Scale:
         self.receivers: dict[str, tuple[SimClient, int, list]] = {}  # host -> client, its RECV, what that confirms
         self.pending: dict[tuple[str, int], tuple[Flow, int]] = {}  # (host, rid) -> the SEND's flow and seq
         self.routing_bytes: Counter = Counter()  # per line, what killed hosts' lines had counted
+        self._failing: str | None = None  # the destination the last look at convergence failed on
 
     # -- what the test of convergence sees ----------------------------------------------------
     def _up(self) -> dict[str, set[str]]:
@@ -146,23 +147,23 @@ class Scale:
 
     def converged(self) -> bool:
         """Every host that can reach a destination (over the lines up, within the hop limit) has a
-        next hop to it that leads there."""
+        next hop to it that leads there. The destination that failed the last look is looked at
+        first: a look while routes still move ends at once."""
         nbrs = self._up()
-        for dest in nbrs:
-            reach, todo = {dest}, {dest}
-            for _ in range(self.hop_limit):
-                todo = {n for at in todo for n in nbrs[at] if n not in reach}
-                reach |= todo
+        parts: dict[str, tuple[set[str], bool]] = {}  # host -> its part of the network, wider than the limit?
+        hop = {h: self.net[h].kernel.routes.next_hop for h in nbrs}
+        for dest in sorted(nbrs, key=lambda d: d != self._failing):
             ok = {dest}
-            for h in reach:
+            for h in _reach(nbrs, dest, self.hop_limit, parts):
                 path: list[str] = []
-                at: str | None = h
+                at = h
                 while at not in ok:
-                    assert at is not None
                     path.append(at)
-                    at = self.net[at].kernel.routes.next_hop(dest)
-                    if at is None or at not in nbrs.get(path[-1], ()) or at in path:
+                    nxt = hop[at](dest)
+                    if nxt is None or nxt not in nbrs[at] or nxt in path:
+                        self._failing = dest
                         return False
+                    at = nxt
                 ok.update(path)
         return True
 
@@ -325,6 +326,28 @@ def measure(args: argparse.Namespace) -> dict:
                                events[0].at if events else end))
         out = _figures(args, s, converge, time.monotonic() - t0)
     return {**out, "targets": targets(out)}
+
+
+def _reach(nbrs: dict[str, set[str]], dest: str, limit: int, parts: dict[str, tuple[set[str], bool]]) -> set[str]:
+    """The hosts within `limit` lines of `dest`: its whole part of the network when that part is no
+    wider than the limit (twice the farthest any host is from one of it bounds its width), which is
+    one search a part (`parts`, shared by the destinations of one look), not one a destination."""
+    if dest not in parts:
+        part, far = _rings(nbrs, dest, len(nbrs))
+        parts.update(dict.fromkeys(part, (part, 2 * far > limit)))
+    part, wide = parts[dest]
+    return _rings(nbrs, dest, limit)[0] if wide else part
+
+
+def _rings(nbrs: dict[str, set[str]], start: str, most: int) -> tuple[set[str], int]:
+    """The hosts at most `most` lines from `start`, and how far the farthest of them is."""
+    reach, ring, far = {start}, {start}, 0
+    while ring and far < most:
+        ring = {n for at in ring for n in nbrs[at] if n not in reach}
+        if ring:
+            reach |= ring
+            far += 1
+    return reach, far
 
 
 def _events(args: argparse.Namespace, s: Scale) -> list[Event]:
