@@ -37,6 +37,7 @@ tell each neighbour is taken with `news_for`.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, NamedTuple
 
@@ -390,16 +391,25 @@ def decode_sequenced(data: bytes) -> tuple[dict[str, Heard], dict[tuple[str, str
     said: dict[str, Heard] = {}
     asks: dict[tuple[str, str], int] = {}
     for token in data.decode("ascii").split():
-        if (m := _ENTRY.fullmatch(token)) is not None:
-            dest, dist, seq, source = m.groups()
-            if dist is None:
-                said[dest] = Heard(NO_ROUTE, None, dest)
-            elif int(dist) >= NO_ROUTE or int(seq) >= SEQ_MOD:
-                raise ValueError(f"route token {token!r} out of range")
-            else:
-                said[dest] = Heard(int(dist), int(seq), source or dest)
-        elif (m := _ASK.fullmatch(token)) is not None and int(m[2]) < SEQ_MOD:
-            asks[(m[1], m[3] or m[1])] = int(m[2])
+        key, value = _token(token)
+        if isinstance(value, Heard):
+            said[key] = value
         else:
-            raise ValueError(f"bad route token {token!r}")
+            asks[key] = value
     return said, asks
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token(token: str) -> tuple:
+    """One token: (destination, what is heard of it), or ((destination, source), the number asked
+    for). Cached: a network's updates repeat the same tokens host after host."""
+    if (m := _ENTRY.fullmatch(token)) is not None:
+        dest, dist, seq, source = m.groups()
+        if dist is None:
+            return dest, Heard(NO_ROUTE, None, dest)
+        if int(dist) >= NO_ROUTE or int(seq) >= SEQ_MOD:
+            raise ValueError(f"route token {token!r} out of range")
+        return dest, Heard(int(dist), int(seq), source or dest)
+    if (m := _ASK.fullmatch(token)) is not None and int(m[2]) < SEQ_MOD:
+        return (m[1], m[3] or m[1]), int(m[2])
+    raise ValueError(f"bad route token {token!r}")
