@@ -180,11 +180,11 @@ class RoutingTable:
         news = []
         dests, self.pending[peer] = self.pending.get(peer, set()), set()
         for dest in sorted(dests):
-            token = self._entry(dest, peer)
-            plain = _SEQ.sub("", token) if "/" in token else token
+            head, number, tail = self._entry(dest, peer)
+            plain = head + tail
             if told.get(dest, plain if plain.endswith("=-") else None) != plain:  # (nothing to withdraw yet)
                 told[dest] = plain
-                news.append(token)
+                news.append(head + number + tail)
         for (dest, source), seq in sorted(self.asks.pop(peer, {}).items()):
             news.append(f"?{dest}/{seq}" + (f"@{source}" if source != dest else ""))
         return news
@@ -197,22 +197,23 @@ class RoutingTable:
                 for r in sorted(self.best.values(), key=lambda r: r.dest) + default]
 
     # -- what a neighbour is told ----------------------------------------------------------------
-    def _entry(self, dest: str, peer: str) -> str:
+    def _entry(self, dest: str, peer: str) -> tuple[str, str, str]:
         """`DD=3/7`, `DD=3/7@BB` (spoken for by BB) or `DD=-` on a sequenced line; `DD=3` (16: none)
-        on a version-1 one. Poisoned where the route goes through `peer`."""
+        on a version-1 one. Poisoned where the route goes through `peer`. In three parts, the number
+        apart: `("DD=3", "/7", "@BB")` (whether it is news does not depend on the number)."""
         sequenced = peer in self.sequenced
         if dest == self.host:
-            return f"{dest}=0/{self.seq}" if sequenced else f"{dest}=0"
+            return (f"{dest}=0", f"/{self.seq}", "") if sequenced else (f"{dest}=0", "", "")
         route = self.best[dest]
         told = route.reachable and route.kind in ("learned", "neighbour") and route.via in self.up \
             and route.via != peer
         if not sequenced:
-            return f"{dest}={min(route.dist, INFINITY) if told else INFINITY}"
+            return f"{dest}={min(route.dist, INFINITY) if told else INFINITY}", "", ""
         if not told or (route.seq is None and route.via in self.sequenced and route.via not in self.calls):
-            return f"{dest}=-"  # (a sequenced neighbour not yet heard from is told once it tells its number)
+            return f"{dest}=-", "", ""  # (a sequenced neighbour not yet heard from is told once it tells its number)
         if route.seq is None:  # reached over a line that is not sequenced: this host speaks for it
-            return f"{dest}={route.dist}/{self.spoken.setdefault(dest, 0)}@{self.host}"
-        return f"{dest}={route.dist}/{route.seq}" + (f"@{route.source}" if route.source != dest else "")
+            return f"{dest}={route.dist}", f"/{self.spoken.setdefault(dest, 0)}", f"@{self.host}"
+        return f"{dest}={route.dist}", f"/{route.seq}", f"@{route.source}" if route.source != dest else ""
 
     def _answer(self, dest: str, route: Route, moved: bool) -> None:
         """The neighbours whose question for `dest` this host passed on: told a number as new once
@@ -314,8 +315,10 @@ class RoutingTable:
                     best = candidate
             if best is not None:
                 dist, _, peer, h = best
-                return Route(dest, peer, dist, "neighbour" if peer == dest else "learned",
-                             h.seq if h else None, h.source if h else ""), unfeasible
+                fields = (dest, peer, dist, "neighbour" if peer == dest else "learned",
+                          h.seq if h else None, h.source if h else "")
+                same = current == fields  # (most updates leave most routes as they are: no new Route)
+                return (current if same and current is not None else Route(*fields)), unfeasible
         if dest in self.neighbours:
             return Route(dest, dest, (1 + CALL_COST * (dest in self.calls)) if dest in self.up else NO_ROUTE,
                          "neighbour"), unfeasible
@@ -380,7 +383,6 @@ def decode_vector(data: bytes) -> dict[str, int]:
     return out
 
 
-_SEQ = re.compile(r"/\d+")  # an entry's number: `DD=3/7@BB` -> `DD=3@BB`
 _ENTRY = re.compile(r"(\S\S)=(?:-|(\d{1,5})/(\d{1,5})(?:@(\S\S))?)")
 _ASK = re.compile(r"\?(\S\S)/(\d{1,5})(?:@(\S\S))?")
 
