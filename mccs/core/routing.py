@@ -175,7 +175,7 @@ class RoutingTable:
         alone is news only to a neighbour that asked for it (its entry was forgotten then): the
         others learn it with the next change, or ask (section 3a, "Cost")."""
         told = self.told.get(peer)
-        if told is None or not (self.pending.get(peer) or self.asks.get(peer)):
+        if told is None or not self.has_news(peer):
             return []
         news = []
         dests, self.pending[peer] = self.pending.get(peer, set()), set()
