@@ -33,6 +33,11 @@ FCS32 = "FCS32"
 #: The sign-on feature of forward error correction: long D frames may go as F frames (async_fec.py),
 #: and A and B carry how many bytes the receiver mended, so the sender knows the line's damage.
 FEC = "FEC"
+#: The sign-on feature of frame abort: ESC FLAG ends a frame unfinished (as in HDLC), and the receiver
+#: drops it without taking it for damage, so that a message of higher priority cuts in (docs/PROTOCOL.md).
+ABORT = "ABORT"
+#: What cuts a frame short: a lone ESC never ends a frame otherwise (stuffing pairs every ESC).
+ABORT_BYTES = b"\x7d\x7e"
 #: With FCS32 agreed, a body (after KIND SEQ ACK, trailer included) longer than this gets CRC-32.
 LONG_BODY = 256
 #: Bytes escaped as ESC, byte ^ 0x20. ESC must come first so its own escapes are not re-escaped.
@@ -136,7 +141,8 @@ class SignOn:
 
 class RxFrame(NamedTuple):
     """One flag-delimited chunk as received: `content` is KIND SEQ ACK body (FCS checked and
-    taken off), or None for a chunk dropped and counted (traced as `kind`, "?" when unknown). An F
+    taken off), or None for a chunk dropped and counted (traced as `kind`, "?" when unknown,
+    "ABORT" when its sender cut it short). An F
     frame comes as the D frame it carries, with the bytes its parity `mended`."""
     kind: str
     nbytes: int  # on the wire, flags included
@@ -146,12 +152,12 @@ class RxFrame(NamedTuple):
 
 class Deframer:
     """Hunts for flags, unstuffs and checks frames; never raises. Bad input is counted in
-    `counters` (the machine's dict): garbage, oversized, crc_errors, bad_frames. `fcs32` is set by
-    the machine while FCS32 is agreed, `fec` while FEC is."""
+    `counters` (the machine's dict): garbage, oversized, crc_errors, bad_frames, aborts_rx. `fcs32`
+    is set by the machine while FCS32 is agreed, `fec` while FEC is, `abort` while ABORT is."""
 
     def __init__(self, max_raw: int, counters: dict):
         self.max_raw, self.counters = max_raw, counters
-        self.fcs32 = self.fec = False
+        self.fcs32 = self.fec = self.abort = False
         self._rx = bytearray()  # bytes after the last flag
         self._hunting = True    # no flag seen since the last overrun (or ever)
         self._need: int | None = None  # content bytes of the D frame arriving, once its header is in
@@ -203,6 +209,9 @@ class Deframer:
         if len(raw) > self.max_raw:
             self.counters["oversized"] += 1
             return RxFrame("?", nbytes, None)
+        if self.abort and raw[-1] == ESC:  # cut short by the sender (ABORT_BYTES): not damage
+            self.counters["aborts_rx"] += 1
+            return RxFrame("ABORT", nbytes, None)
         content = unstuff(raw)
         if content is None or len(content) < 5:  # a fragment (noise made or hid a flag)
             self.counters["garbage"] += len(raw)

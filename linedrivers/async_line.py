@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from itertools import islice
 
-from .async_frames import (FCS32, FCS32_EXTRA, FEC, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED, XONXOFF_STUFFED,
-                           Deframer, SignOn, encode_frame, stuff, unstuff)
+from .async_frames import (ABORT, ABORT_BYTES, FCS32, FCS32_EXTRA, FEC, LONG_BODY, OVERHEAD, SEALED, SREJ, STUFFED,
+                           XONXOFF_STUFFED, Deframer, SignOn, encode_frame, stuff, unstuff)
 from .async_signon import AsyncSignOn
 from .async_sizing import LEAST_SEGMENT, ErrorRate, best_choice
 from .async_states import GIVE_UP, Await, State
@@ -49,6 +49,11 @@ RATE_STEP = math.log(1.05)
 #: An error rate below which the best length is the longest a frame may be (64 KiB frames fail once in
 #: 150,000): taken as none, so that a clean line's estimate, which falls on forever, stops moving the choice
 RATE_FLOOR = 1e-10
+#: With ABORT agreed, writes are paced: whole frames go to the port while they are out on the wire
+#: within PACE_MOST seconds, and of a longer one (any at 9600 baud) only PACE seconds at a time, the
+#: next when PACE / 2 are left. What a frame of higher priority still waits behind once it cuts in.
+PACE = 0.04
+PACE_MOST = 0.1
 
 
 class AsyncLine(AsyncSignOn):
@@ -58,8 +63,8 @@ class AsyncLine(AsyncSignOn):
                  max_message: int = 128, xonxoff_safe: bool = False, reply_timeout: float = 3.0,
                  retry_limit: int = 7, keepalive: float = 30.0, secret: bytes | None = None,
                  features: tuple[str, ...] = (), selective_repeat: bool = True, large: int = 0,
-                 fcs32: bool | None = None, fec: bool | None = None,
-                 random_bytes: Callable[[int], bytes] = secrets.token_bytes):
+                 fcs32: bool | None = None, fec: bool | None = None, abort: bool = False,
+                 pace: float = PACE, random_bytes: Callable[[int], bytes] = secrets.token_bytes):
         if not 1 <= window <= 127:
             raise ValueError(f"window {window} is not within 1..127")
         if not 0 <= max_message <= 65535 or baud <= 0:
@@ -76,25 +81,29 @@ class AsyncLine(AsyncSignOn):
             ("frames_tx", "frames_rx", "bytes_tx", "bytes_rx", "retransmissions", "naks", "timeouts",
              "crc_errors", "garbage", "duplicates", "signons", "rejects_tx", "out_of_window",
              "oversized", "bad_frames", "busy_drops", "ignored", "keepalives", "internal_errors",
-             "auth_failures", "reasks", "fec_frames", "fec_mended"), 0)
+             "auth_failures", "reasks", "fec_frames", "fec_mended", "aborts", "aborts_rx"), 0)
         self.state = State.DOWN
         self._events: list[Event] = []
-        self._out: list[bytes] = []
+        self._out: list[bytes] = []  # frames to hand to the port, in order
+        self._partly = False
         self._now = 0.0
         self.secret = secret
-        # offered at sign-on; LineUp says which both ends offered. SREJ, FCS32 and FEC are this
-        # machine's own; FCS32 and FEC by default go with SREJ (selective_repeat=False speaks
-        # docs/DESIGN.md 4.1 as it was); FEC needs FCS32.
+        # offered at sign-on; LineUp says which both ends offered. SREJ, FCS32, FEC and ABORT are
+        # this machine's own; FCS32 and FEC by default go with SREJ (selective_repeat=False speaks
+        # docs/DESIGN.md 4.1 as it was); FEC needs FCS32. ABORT is offered when asked (the daemon's
+        # lines do by default: frame_abort): with it agreed, writes are paced to the baud (`pace`).
         fcs32 = selective_repeat if fcs32 is None else fcs32
         fec = fcs32 if fec is None else fec and fcs32
         self.features = tuple(features) + tuple(name for name, on in ((SREJ, selective_repeat), (FCS32, fcs32),
-                                                                     (FEC, fec)) if on)
+                                                                     (FEC, fec), (ABORT, abort)) if on)
+        self.pace, self._char = pace, 10 / baud
         self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
         self._deframer = Deframer(2 * (self._overhead + FCS32_EXTRA + HEADER_SIZE + max(max_message, 64)),
                                   self.counters)
         self._errors = ErrorRate()  # the line's, so it outlives sign-ons
         self._chosen: tuple = (None, (0, False))  # _choice()'s last inputs and answer
         self._held: deque[bytes] = deque()  # images handed over; _held[i] has SEQ tx_base + i
+        self._prio: deque[int] = deque()  # _held[i]'s priority: a higher one goes before those not yet sent
         self._busy = False       # the owner's set_busy(): outlives sign-ons
         self.session = ""        # SESSION of our last S
         self._peer_session = ""  # SESSION of the sign-on in force
@@ -123,6 +132,13 @@ class AsyncLine(AsyncSignOn):
         self._sr = False         # selective repeat agreed at sign-on (FEAT=SREJ at both ends)
         self._fcs32 = self._deframer.fcs32 = False  # CRC-32 on long frames agreed (FEAT=FCS32 at both ends)
         self._fec = self._deframer.fec = False  # F frames agreed (FEAT=FEC at both ends)
+        self._abort = self._deframer.abort = False  # frame abort agreed (FEAT=ABORT at both ends): writes paced
+        self._wire_free = self._now  # when the bytes handed so far are out, at the baud (paced writes)
+        self._last_d: tuple[bytes, int, bool] | None = None  # the newest D frame sent first, its SEQ, and
+        # whether its bytes began to be handed: what a frame of higher priority may cut short (_cut_short)
+        if self._partly:  # the rest of a frame the reset broke off: the peer drops what came of it
+            self._out.pop(0)
+        self._partly = False  # _out[0] is the rest of a frame partly handed (paced writes)
         self._mended = 0       # bytes our parity checks mended this session (A and B say it, mod 256)
         self._peer_mended = 0  # what the peer's last A or B said
         self._peer_frame = 0     # bytes of the longest frame heard this session
@@ -208,11 +224,41 @@ class AsyncLine(AsyncSignOn):
             self._emit("O")
             self._down("stopped")
 
-    def send(self, image: bytes) -> None:
-        """Queue one message image for the peer (room() says how many are welcome)."""
+    def send(self, image: bytes, priority: int = 0) -> None:
+        """Queue one message image for the peer (room() says how many are welcome). It goes before
+        the images of lower priority not yet sent, and with ABORT agreed cuts short such a frame
+        that is being sent (the peer drops it; it goes again after this one, under the next SEQ)."""
         if len(image) > HEADER_SIZE + self._maxmsg:
             raise ValueError(f"image of {len(image)} bytes is over MAXMSG {self._maxmsg} of this line")
-        self._held.append(bytes(image))
+        start = max(self._next_i, self._high)  # what was sent keeps its SEQ: the peer may have it
+        at = next((i for i in range(start, len(self._held)) if self._prio[i] < priority), len(self._held))
+        if at == start and self._cut_short(priority):
+            at = self._next_i
+        self._held.insert(at, bytes(image))
+        self._prio.insert(at, priority)
+
+    def _cut_short(self, priority: int) -> bool:
+        """Take back the newest D frame if it is a first sending of lower priority and not all of
+        it is handed yet: the rest of it becomes ABORT_BYTES (nothing, if none of it was handed),
+        and its image goes again as if never sent. Only with writes paced (ABORT agreed) does a
+        frame stay partly unhanded."""
+        if self._last_d is None:
+            return False
+        frame, seq, started = self._last_d
+        i = (seq - self._tx_base) & 0xFF
+        at = next((k for k, f in enumerate(self._out) if f is frame), None)
+        if at is None or i != self._next_i - 1 or i != self._high - 1 or self._prio[i] >= priority:
+            return False
+        if started:  # the rest of the frame at the head of _out
+            self._out[0], self._partly = ABORT_BYTES, False
+            self.counters["aborts"] += 1
+        else:
+            del self._out[at]
+        self._next_i = self._high = i
+        self._last_d = None
+        self._events.append(FrameTraced("tx", "ABORT", len(ABORT_BYTES) if started else 0, True, seq,
+                                        *key_of(self._held[i])))
+        return True
 
     def room(self) -> int:
         """Images the owner should hand over now: enough for a window in flight and one queued."""
@@ -267,6 +313,8 @@ class AsyncLine(AsyncSignOn):
         if self.state is State.DOWN:
             return None
         times = [] if self._busy else [at + wait for at, wait in self._asked.values() if wait]
+        if self._abort and (self._out or self._next_i < min(self._window, len(self._held)) and not self._peer_busy):
+            times.append(self._wire_free - self.pace / 2)  # paced: hand more when half the lead is out
         line = self._line_deadline()
         return min(times + [line]) if line is not None else min(times, default=None)
 
@@ -309,7 +357,11 @@ class AsyncLine(AsyncSignOn):
             return 0
         return max(0, self._window - ((self._rx_next - self._rx_ack) & 0xFF))
 
-    def data_to_send(self) -> bytes:
+    def data_to_send(self, now: float | None = None) -> bytes:
+        """The bytes to write now (`now`: the time, if later than the machine has heard of: writes
+        are paced by it while ABORT is agreed)."""
+        if now is not None:
+            self._now = max(self._now, now)
         if self.state is State.UP:
             self._pump()
             if self._reject_due:
@@ -328,9 +380,41 @@ class AsyncLine(AsyncSignOn):
             self._ask_due.clear()
         if not self._out:
             return b""
+        return self._paced() if self._abort else self._take_all()
+
+    def _take_all(self) -> bytes:
         out = b"".join(self._out)
         self._out.clear()
+        self._partly = False
         return out
+
+    def _ahead(self) -> float:
+        """Seconds of the bytes handed to the port that are not yet out on the wire, at the baud."""
+        return max(0.0, self._wire_free - self._now)
+
+    def _paced(self) -> bytes:
+        """What of _out goes to the port now (ABORT agreed): whole frames while they are out within
+        PACE_MOST, then, of a frame too long for that, what the wire carries in `pace`, so that a
+        frame of higher priority can still cut in before the rest of it."""
+        ahead, out = self._ahead(), []
+        while self._out and ahead < PACE_MOST:
+            head = self._out[0]
+            if ahead + len(head) * self._char > PACE_MOST:  # too long to go whole: a piece of it, if any
+                n = int((self.pace - ahead) / self._char)
+                if n > 0:
+                    out.append(head[:n])
+                    rest = self._out[0] = head[n:]
+                    self._partly = True
+                    ahead += n * self._char
+                    if self._last_d is not None and self._last_d[0] is head:
+                        self._last_d = (rest, self._last_d[1], True)
+                break
+            out.append(self._out.pop(0))
+            self._partly = False
+            ahead += len(head) * self._char
+        if out:
+            self._wire_free = self._now + ahead
+        return b"".join(out)
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Bytes from the line: split at flags, check, act. Never raises; bad input is counted."""
@@ -340,6 +424,9 @@ class AsyncLine(AsyncSignOn):
         if data:
             self._last_byte = now
         for frame in self._deframer.feed(data):
+            if frame.kind == "ABORT":  # the peer cut its frame short for another: no damage, no evidence
+                self._trace_rx(frame.kind, frame.nbytes, True)
+                continue
             self._peer_frame = max(self._peer_frame, frame.nbytes)
             self._recent.append(frame.nbytes)
             self._exposed(frame.nbytes)
@@ -386,20 +473,30 @@ class AsyncLine(AsyncSignOn):
             self.counters["retransmissions"] += 1
             self._emit("D", (self._tx_base + i) & 0xFF, self._rx_ack, self._held[i], True)
         end = min(self._window, len(self._held))
-        if self._next_i >= end:
+        queued = self._ahead() + sum(map(len, self._out)) * self._char if self._abort else 0.0
+        if self._next_i >= end or self._abort and not self._goes_now(queued, self._held[self._next_i]):
             if again and self._awaiting is not Await.DATA:
                 self._await(Await.DATA)
             return
-        while self._next_i < end:
+        while self._next_i < end and (not self._abort or self._goes_now(queued, self._held[self._next_i])):
             i = self._next_i
             resent = i < self._high
             self.counters["retransmissions"] += resent
-            self._emit("D", (self._tx_base + i) & 0xFF, self._rx_ack, self._held[i], resent)
+            seq = (self._tx_base + i) & 0xFF
+            self._emit("D", seq, self._rx_ack, self._held[i], resent)
+            self._last_d = None if resent else (self._out[-1], seq, False)
+            queued += len(self._out[-1]) * self._char
             self._next_i = i + 1
         self._high = max(self._high, self._next_i)
         self._ack_pending = self._busy and self._ack_pending  # the ACK rode along (busy needs B)
         if self._awaiting is not Await.DATA:
             self._await(Await.DATA)
+
+    def _goes_now(self, queued: float, image: bytes) -> bool:
+        """Paced (`queued`: seconds of bytes ahead of the wire, handed or not): whether the frame of
+        `image` begins to be handed now (see _paced), so that one not yet begun stays unbuilt and
+        an image of higher priority goes before it."""
+        return queued + self._frame_bytes(len(image)) * self._char <= PACE_MOST or queued < self.pace
 
     def _exposed(self, nbytes: int) -> None:
         """A frame went over the line, either way: evidence for the error rate."""
@@ -440,6 +537,7 @@ class AsyncLine(AsyncSignOn):
     def _down(self, reason: str) -> None:
         unacked = list(self._held)
         self._held.clear()
+        self._prio.clear()
         self.state = State.DOWN
         self._reset(self.window, self.max_message)
         self._hs, self._t_body, self._v_body = None, b"", b""
@@ -498,6 +596,7 @@ class AsyncLine(AsyncSignOn):
         if n:
             for _ in range(n):
                 self._events.append(MessageAcked(self._held.popleft()))
+                self._prio.popleft()
             self._tx_base = ack
             self._next_i = max(0, self._next_i - n)
             self._high -= n

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from .async_frames import FCS32, FEC, REFUSED, SREJ, Deframer, SignOn
+from .async_frames import ABORT, FCS32, FEC, REFUSED, SREJ, Deframer, SignOn
 from .async_states import Await, SignOnKind, State
 from .auth import AUTH_FAILED, INITIATOR, RESPONDER, FrameAuth, Handshake, new_nonce
 from .events import Event, LineUp, PeerRefused
@@ -52,6 +52,7 @@ class AsyncSignOn:
     _sr: bool
     _fcs32: bool
     _fec: bool
+    _abort: bool
 
     if TYPE_CHECKING:
         def _emit(self, kind: str, seq: int = 0, ack: int = 0, body: bytes = b"",
@@ -147,6 +148,7 @@ class AsyncSignOn:
         self._sr = SREJ in agreed
         self._fcs32 = self._deframer.fcs32 = FCS32 in agreed
         self._fec = self._deframer.fec = self._fcs32 and FEC in agreed
+        self._abort = self._deframer.abort = ABORT in agreed
         large = min(self.large, signon.large) if self.large and signon.large else 0
         self._events.append(LineUp(self.peer, agreed, large, signon.epoch))
 

@@ -142,8 +142,9 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
             self._tx("DISC")
             self._down("stopped")
 
-    def send(self, image: bytes) -> None:
-        """Queue one image; it goes in the next transmission (see next_deadline())."""
+    def send(self, image: bytes, priority: int = 0) -> None:
+        """Queue one image; it goes in the next transmission (see next_deadline()). The queue takes
+        one image at a time (room()), so `priority` has none to pass."""
         if len(image) > self._limit:
             raise ValueError(f"image of {len(image)} bytes is over this line's {self._limit}")
         self._queue.append(bytes(image))
@@ -170,7 +171,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         """0: the peer sends nothing more before the answer to its block."""
         return 0
 
-    def data_to_send(self) -> bytes:
+    def data_to_send(self, now: float | None = None) -> bytes:
         out = bytes(self._out)
         self._out.clear()
         return out

@@ -176,8 +176,8 @@ class CallLine:
     def stop(self, now: float) -> None:
         self.hang_up(now, "stopped")
 
-    def send(self, image: bytes) -> None:
-        self.inner.send(image)
+    def send(self, image: bytes, priority: int = 0) -> None:
+        self.inner.send(image, priority)
         self.unacked += 1
         self.last_activity = self._now
 
@@ -195,8 +195,8 @@ class CallLine:
         if rest and self.state is CallState.CONNECTED:
             self.receive_data(rest, now)
 
-    def data_to_send(self) -> bytes:
-        out = self.inner.data_to_send() if self.state in (CallState.CONNECTED, CallState.HANGING_UP) else b""
+    def data_to_send(self, now: float | None = None) -> bytes:
+        out = self.inner.data_to_send(now) if self.state in (CallState.CONNECTED, CallState.HANGING_UP) else b""
         if self.state is CallState.CONNECTED:
             self.call_bytes += len(out)
         command = self.dialer.data_to_send()

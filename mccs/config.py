@@ -56,6 +56,7 @@ class LineConfig:
     window: int = 8
     frame_max: int = 8192  # async: the most MESSAGE bytes one frame carries (a larger message goes in segments)
     xonxoff_safe: bool = False
+    frame_abort: bool = True  # async: offer ABORT (a message of higher priority cuts a frame short): paced writes
     reply_timeout: float = 3.0
     retry_limit: int = 7
     disconnect_timeout: float = 20.0

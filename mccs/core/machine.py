@@ -30,9 +30,9 @@ class LineMachine(Protocol):
 
     def start(self, now: float) -> None: ...
     def stop(self, now: float) -> None: ...
-    def send(self, image: bytes) -> None: ...
+    def send(self, image: bytes, priority: int = 0) -> None: ...  # before images of lower priority not yet sent
     def receive_data(self, data: bytes, now: float) -> None: ...
-    def data_to_send(self) -> bytes: ...
+    def data_to_send(self, now: float | None = None) -> bytes: ...  # `now`: the time, for paced writes
     def bytes_wanted(self) -> int: ...  # received bytes needed before the next frame can end (>= 1)
     def unconfirmed_room(self) -> int: ...  # messages the peer may still send before our confirm()
     def events(self) -> list[Event]: ...
@@ -76,7 +76,7 @@ def _machine(host: str, lc: LineConfig, max_message: int,
         from linedrivers import AsyncLine
         frame = min(max(max_message, DAEMON_ROOM), lc.frame_max) + ROOM
         return AsyncLine(host, lc.peer, window=lc.window, xonxoff_safe=lc.xonxoff_safe, keepalive=lc.keepalive,
-                         features=FEATURES, max_message=frame, large=max_message, **common)
+                         features=FEATURES, max_message=frame, large=max_message, abort=lc.frame_abort, **common)
     # BSC offers ROUTE and LARGE= in an announcement a version-1 station drops (docs/PROTOCOL.md,
     # "BSC: features and large messages"); whole images stay up to 64 KiB, so a version-1 peer still
     # gets whole messages of that size, and segments are the machine's segment_size().

@@ -44,9 +44,11 @@ WALL0 = 1_800_000_000.0  # the simulated wall clock at time 0: January 2027
 
 
 def line(peer: str, **keys) -> LineConfig:
-    """A line's config for a simulated host: short timers, async unless `protocol` says otherwise."""
+    """A line's config for a simulated host: short timers, async unless `protocol` says otherwise, and
+    no frame abort unless asked: its paced writes would hold a simulated line, instant unless given a
+    baud, to the config's 9600."""
     return LineConfig(peer=peer, port=f"sim://{peer}", **{"reply_timeout": 0.5, "keepalive": 5.0,
-                                                           "backoff_max": 2.0, **keys})
+                                                           "backoff_max": 2.0, "frame_abort": False, **keys})
 
 
 class SimHost:

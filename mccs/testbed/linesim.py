@@ -100,6 +100,7 @@ class Side:
     stopped: bool = False              # Harness.stop() was called: no automatic sign-on
     retired_counters: list = field(default_factory=list)  # counters of replaced machines
     dupwin: DuplicateWindow = field(default_factory=DuplicateWindow)
+    priorities: dict = field(default_factory=dict)  # image -> its priority, if not 0
 
     @property
     def counters(self) -> dict:
@@ -188,10 +189,12 @@ class Harness:
     def at(self, t: float, fn: Callable[["Harness"], Any]) -> None:
         heapq.heappush(self._timers, (t, next(self._n), fn))
 
-    def send(self, side: str, images: Iterable[bytes]) -> None:
-        """Queue images on `side` (the daemon's SEND_LIST), handed over as room() allows."""
+    def send(self, side: str, images: Iterable[bytes], priority: int = 0) -> None:
+        """Queue images on `side` (the daemon's SEND_LIST), handed over as room() allows, with
+        `priority` (a machine sends one of higher priority before those it has not sent yet)."""
         images = list(images)
         s = self.sides[side]
+        s.priorities.update(dict.fromkeys(images, priority))
         s.queue.extend(images)
         s.sent.extend(images)
 
@@ -280,7 +283,11 @@ class Harness:
         if s.queue:
             for _ in range(min(m.room(), len(s.queue))):
                 img = s.queue.popleft()
-                m.send(img)
+                priority = s.priorities.get(img, 0)
+                if priority:
+                    m.send(img, priority)
+                else:  # as a machine of the older interface takes it
+                    m.send(img)
                 s.in_machine.append(img)
                 fed += 1
         out = m.data_to_send()

@@ -99,6 +99,7 @@ def test_an_urgent_message_overtakes_hundreds_queued_on_a_9600_baud_line_and_the
             got = _recv_ids(r, n, 120, "bulk")
             assert r.recv(wait=False) is None
         assert got == bulk  # in order, each once
+        _cut_short(d["AA"], d["BB"])
 
 
 @pytest.mark.timeout(240)
@@ -122,6 +123,15 @@ def test_an_urgent_message_goes_between_two_segments_of_a_large_transfer_at_9600
         assert left >= 2
         with mccs.connect(d["BB"].config, "R") as r:
             assert all(r.recv(timeout=120).data == big for _ in range(3))
+        _cut_short(d["AA"], d["BB"])
+
+
+def _cut_short(sender: DaemonProcess, receiver: DaemonProcess) -> None:
+    """The urgent message cut short the frame on the wire (FEAT=ABORT, the default), and the peer
+    dropped that frame as cut, not as damage."""
+    tx, rx = (_status(d)["lines"][0] for d in (sender, receiver))
+    assert "ABORT" in tx["features"] and tx["counters"]["aborts"] >= 1
+    assert rx["counters"]["aborts_rx"] == tx["counters"]["aborts"] and rx["counters"]["crc_errors"] == 0
 
 
 @pytest.mark.timeout(180)
