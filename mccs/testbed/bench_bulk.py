@@ -7,7 +7,9 @@ errors at `--ber` from the same seed, so every peer meets the same damage per by
 - async  MCCS, two `mccs daemon` processes on an async line; one message (`[host] max_message`
          = the payload), SEND on AA until RECV on BB has all of it;
 - bsc    the same over a BSC line (primary AA, secondary BB): one message, in segments of 32
-         blocks (multi-block ETB ... ETX transmissions);
+         blocks (multi-block ETB ... ETX transmissions); beside its stop-and-wait ceiling (bytes
+         only), the floor of the relay itself: the same blocks and replies exchanged bare
+         (mccs.testbed.bench_floor);
 - zmodem `sz -b` / `rz -b -y` from lrzsz, on the two ends of the line; from rz's start (sz only
          waits for it before) until sz exits; the received file is compared;
 - uucp   Taylor UUCP `uucico` on both ends, protocol 'i', window 16, 1,024-byte packets; the
@@ -416,7 +418,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "bit errors. Efficiency = payload bytes a second / (baud / 10). Targets (issue 12): clean, async\n"
         f">= {CLEAN_ASYNC:.0%} of capacity at every baud; with bit errors at {NOISY_BAUD}, async >= "
         f"{ASYNC_OVER_UUCP:g} x UUCP 'i' and\n>= {ASYNC_OVER_ZMODEM:g} x ZMODEM; clean, BSC within "
-        f"{BSC_POINTS * 100:.0f} points of its stop-and-wait ceiling for its block size.\n"
+        f"{BSC_POINTS * 100:.0f} points of its stop-and-wait ceiling for its block size (shown beside the\n"
+        "relay's own floor: the same blocks and replies exchanged bare, about 5 s a baud).\n"
         f"Installs nothing: a peer whose programs are missing is skipped ({INSTALL}).\n"
         "Time: 1 MiB takes ~91 s a transfer at 115200 baud and ~18 min at 9600 (more with errors; ZMODEM\n"
         "with errors several times that): use --size for shorter runs. Exit status 1 when a target is missed.")
@@ -496,12 +499,15 @@ def run(args: argparse.Namespace) -> int:
                         say(f"  {baud:>6} ber {ber:<6g} {peer:<7} run {i + 1}: FAILED: {why}")
                     finally:
                         shutil.rmtree(root, ignore_errors=True)
+        from mccs.testbed.bench_floor import floor
+        bsc = bsc_ceiling(data, args.line_keys) if "bsc" in active else None
+        floors = {baud: round(floor(Path(tmp) / f"floor-{baud}", baud, round(bsc[1]), bsc[2], bsc[0]), 4)
+                  for baud in bauds} if bsc else {}
     for r in results.values():
         if r.seconds:
             r.bytes_per_s = round(args.size / statistics.median(r.seconds), 1)
             r.efficiency = round(r.bytes_per_s / (r.baud / 10), 4)
     res = list(results.values())
-    bsc = bsc_ceiling(data, args.line_keys) if "bsc" in active else None
     judged = targets(res, bsc)
     rat = ratios(res)
     doc = {"size": args.size, "bauds": bauds, "bers": bers, "runs": args.runs, "seed": args.seed,
@@ -510,6 +516,7 @@ def run(args: argparse.Namespace) -> int:
            "uucp": {"protocol": "i", "window": UUCP_WINDOW, "packet": UUCP_PACKET},
            "bsc_ceiling": None if bsc is None else dict(zip(("block_size", "frame_bytes", "reply_bytes", "ceiling"),
                                                             bsc)),
+           "bsc_floor": floors,
            "machine": machine(), "results": [asdict(r) for r in res], "ratios": rat, "targets": judged,
            "skipped": skipped}
     if args.json:
@@ -538,6 +545,9 @@ def _table(doc: dict) -> None:
         c = doc["bsc_ceiling"]
         print(f"BSC stop-and-wait ceiling: block {c['block_size']} B / ({c['frame_bytes']} B on the wire + "
               f"{c['reply_bytes']} B reply) = {c['ceiling']:.1%} of capacity")
+        for baud, eff in doc["bsc_floor"].items():
+            print(f"BSC floor of this relay at {baud}: {eff:.1%} (the same blocks and replies exchanged bare, "
+                  "no protocol: its turnarounds)")
     if doc["ratios"]:
         print("MCCS over each peer (efficiency ratio):")
         for r in doc["ratios"]:

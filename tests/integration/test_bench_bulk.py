@@ -49,6 +49,8 @@ def test_a_tiny_run_gives_sane_efficiencies_for_every_peer_installed():
         assert 0 < r["efficiency"] <= 1, r
         assert r["bytes_per_s"] <= 115200 / 10 and len(r["seconds"]) == 1
     assert 0.5 < doc["bsc_ceiling"]["ceiling"] < 1
+    if "bsc" in peers:  # the relay's own floor: a bare exchange loses only turnarounds, never bytes
+        assert 0.5 < doc["bsc_floor"]["115200"] <= doc["bsc_ceiling"]["ceiling"]
     for ratio in doc["ratios"]:
         assert ratio["ratio"] > 0
     for t in doc["targets"]:
