@@ -49,11 +49,10 @@ RATE_STEP = math.log(1.05)
 #: An error rate below which the best length is the longest a frame may be (64 KiB frames fail once in
 #: 150,000): taken as none, so that a clean line's estimate, which falls on forever, stops moving the choice
 RATE_FLOOR = 1e-10
-#: With ABORT agreed, writes are paced: whole frames go to the port while they are out on the wire
-#: within PACE_MOST seconds, and of a longer one (any at 9600 baud) only PACE seconds at a time, the
-#: next when PACE / 2 are left. What a frame of higher priority still waits behind once it cuts in.
+#: With ABORT agreed, a frame longer than PACE seconds on the wire (any data frame at 9600 baud) goes
+#: to the port PACE seconds of it at a time, the next piece when PACE / 2 are left: what a frame of
+#: higher priority waits behind once it cuts in. Shorter frames go whole, as without ABORT.
 PACE = 0.04
-PACE_MOST = 0.1
 
 
 class AsyncLine(AsyncSignOn):
@@ -393,13 +392,13 @@ class AsyncLine(AsyncSignOn):
         return max(0.0, self._wire_free - self._now)
 
     def _paced(self) -> bytes:
-        """What of _out goes to the port now (ABORT agreed): whole frames while they are out within
-        PACE_MOST, then, of a frame too long for that, what the wire carries in `pace`, so that a
-        frame of higher priority can still cut in before the rest of it."""
+        """What of _out goes to the port now (ABORT agreed): short frames whole, and of a long one
+        what keeps the port no more than `pace` ahead of the wire, so that a frame of higher
+        priority can still cut in before the rest of it."""
         ahead, out = self._ahead(), []
-        while self._out and ahead < PACE_MOST:
+        while self._out:
             head = self._out[0]
-            if ahead + len(head) * self._char > PACE_MOST:  # too long to go whole: a piece of it, if any
+            if len(head) * self._char > self.pace:  # a long frame: a piece of it, if any
                 n = int((self.pace - ahead) / self._char)
                 if n > 0:
                     out.append(head[:n])
@@ -496,7 +495,7 @@ class AsyncLine(AsyncSignOn):
         """Paced (`queued`: seconds of bytes ahead of the wire, handed or not): whether the frame of
         `image` begins to be handed now (see _paced), so that one not yet begun stays unbuilt and
         an image of higher priority goes before it."""
-        return queued + self._frame_bytes(len(image)) * self._char <= PACE_MOST or queued < self.pace
+        return queued < self.pace or self._frame_bytes(len(image)) * self._char <= self.pace
 
     def _exposed(self, nbytes: int) -> None:
         """A frame went over the line, either way: evidence for the error rate."""

@@ -16,7 +16,7 @@ baud) before a frame more (a BSC machine takes one image at a time: its room()):
 on SEND_LIST, where a message of higher priority can still overtake it. A message of higher
 priority than the last handed goes at once, lead or not: the machine sends it before what it has
 not begun, and on a line that agreed ABORT cuts the frame on the wire short (docs/PROTOCOL.md), so
-it waits about 40 ms (the machine's pace) instead of the frame on the wire and the lead.
+it waits about 40 ms (the machine's pace) instead of a long frame on the wire.
 """
 from __future__ import annotations
 
