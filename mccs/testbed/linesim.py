@@ -190,12 +190,15 @@ class Harness:
         heapq.heappush(self._timers, (t, next(self._n), fn))
 
     def send(self, side: str, images: Iterable[bytes], priority: int = 0) -> None:
-        """Queue images on `side` (the daemon's SEND_LIST), handed over as room() allows, with
-        `priority` (a machine sends one of higher priority before those it has not sent yet)."""
+        """Queue images on `side` (the daemon's SEND_LIST), handed over as room() allows, those of
+        higher `priority` first, as the daemon's Message-Sender does (and a machine sends one of
+        higher priority before those it has not sent yet)."""
         images = list(images)
         s = self.sides[side]
         s.priorities.update(dict.fromkeys(images, priority))
-        s.queue.extend(images)
+        at = next((i for i, img in enumerate(s.queue) if s.priorities.get(img, 0) < priority), len(s.queue))
+        for k, img in enumerate(images):
+            s.queue.insert(at + k, img)
         s.sent.extend(images)
 
     def restart(self, side: str) -> None:

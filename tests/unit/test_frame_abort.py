@@ -102,3 +102,24 @@ def test_the_deframer_drops_an_aborted_frame_as_damage_unless_abort_is_agreed():
         frames = list(d.feed(cut + encode_frame("A", 0, 1)))
         assert [f.kind for f in frames] == ["ABORT" if agreed else "?", "A"] and frames[0].content is None
         assert counters[counted] > 0 and sum(counters.values()) == counters[counted]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_on_a_noisy_line_cut_frames_and_damaged_aborts_lose_and_double_nothing(seed):
+    """Bit errors hit the cut frames, the ESC FLAG after them and the urgent frames alike: every
+    image arrives once, and each priority's images in their order."""
+    h = Harness(lambda: AsyncLine("AA", "BB", baud=BAUD, abort=True, reply_timeout=1.0),
+                lambda: AsyncLine("BB", "AA", baud=BAUD, abort=True, reply_timeout=1.0),
+                channel=Channel(seed, baud=BAUD, ber=1e-4))
+    assert h.run(30, stop=lambda h: h["a"].up and h["b"].up)
+    bulk = make_images("AA", "BB", 40, 120, seed=seed)
+    urgent = make_images("AA", "BB", 8, 10, seed=seed, first_msg_id=5000)
+    h.send("a", bulk)
+    for i, img in enumerate(urgent):
+        h.at(h.now + 0.4 + 0.53 * i, lambda h, img=img: h.send("a", [img], priority=7))
+    assert h.run(h.now + 300, stop=lambda h: len(h["b"].received) == len(bulk) + len(urgent))
+    got = h["b"].received
+    assert sorted(got) == sorted(bulk + urgent) and h["b"].duplicates == 0
+    assert [m for m in got if m in bulk] == bulk and [m for m in got if m in urgent] == urgent
+    a, b = h["a"].machine.counters, h["b"].machine.counters
+    assert a["aborts"] >= 1 and b["crc_errors"] + b["garbage"] > 0  # cut, and damaged
