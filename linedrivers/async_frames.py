@@ -142,8 +142,8 @@ class SignOn:
 class RxFrame(NamedTuple):
     """One flag-delimited chunk as received: `content` is KIND SEQ ACK body (FCS checked and
     taken off), or None for a chunk dropped and counted (traced as `kind`, "?" when unknown,
-    "ABORT" when its sender cut it short). An F
-    frame comes as the D frame it carries, with the bytes its parity `mended`."""
+    "ABORT" when its sender cut it short). An F frame comes as the D frame it carries, with the
+    bytes its parity `mended`."""
     kind: str
     nbytes: int  # on the wire, flags included
     content: bytes | None
