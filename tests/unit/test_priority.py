@@ -46,9 +46,13 @@ def test_recv_without_selection_takes_the_highest_priority_first_and_order_withi
     assert got == [b"top", b"mid 1", b"mid 2", b"low 1", b"low 2"]
 
 
-def test_an_urgent_message_overtakes_a_queue_on_a_paced_line_and_hops_and_all_arrive_once_in_order(tmp_path):
-    hosts = {"AA": [line("BB", baud=9600)], "BB": [line("AA", baud=9600), line("CC", baud=4800)],
-             "CC": [line("BB", baud=4800)]}
+@pytest.mark.parametrize("abort", [False, True])
+def test_an_urgent_message_overtakes_a_queue_on_a_paced_line_and_hops_and_all_arrive_once_in_order(tmp_path, abort):
+    """With frame abort (the daemon's default; the simulator's lines leave it off unless asked) it
+    also cuts short the bulk frame on the wire at each hop."""
+    hosts = {"AA": [line("BB", baud=9600, frame_abort=abort)],
+             "BB": [line("AA", baud=9600, frame_abort=abort), line("CC", baud=4800, frame_abort=abort)],
+             "CC": [line("BB", baud=4800, frame_abort=abort)]}
     net = SimNet(tmp_path, hosts)
     _paced(net, "AA", "BB", 9600)
     _paced(net, "BB", "CC", 4800)  # slower: a queue builds up at BB too
@@ -67,6 +71,9 @@ def test_an_urgent_message_overtakes_a_queue_on_a_paced_line_and_hops_and_all_ar
     print(f"urgent across 9600 and 4800 baud, {left} queued at AA, {transit} at BB: {waited:.2f} s "
           f"(a bulk frame on each line: {frames:.3f} s)")
     assert waited < 4 * frames  # on the virtual clock: deterministic
+    cuts = [net[h].kernel.lines[p].machine.counters["aborts"] for h, p in (("AA", "BB"), ("BB", "CC"))]
+    print(f"frame abort {abort}: frames cut short {cuts}")
+    assert (sum(cuts) >= 1 and waited < frames / 2) if abort else cuts == [0, 0]
     assert net.run(lambda: len(net["CC"].kernel.lists.recv) == 201, duration=120)
     r = net.client("CC", "R")
     got = [r.recv(wait=False)["msg"]["msg_id"] for _ in range(201)]
