@@ -313,7 +313,7 @@ class AsyncLine(AsyncSignOn):
             return None
         times = [] if self._busy else [at + wait for at, wait in self._asked.values() if wait]
         if self._abort and (self._out or self._next_i < min(self._window, len(self._held)) and not self._peer_busy):
-            times.append(self._wire_free - self.pace / 2)  # paced: hand more when half the lead is out
+            times.append(self._wire_free - self.pace / 2)  # paced: hand more when half the pace is left
         line = self._line_deadline()
         return min(times + [line]) if line is not None else min(times, default=None)
 
@@ -473,10 +473,7 @@ class AsyncLine(AsyncSignOn):
             self._emit("D", (self._tx_base + i) & 0xFF, self._rx_ack, self._held[i], True)
         end = min(self._window, len(self._held))
         queued = self._ahead() + sum(map(len, self._out)) * self._char if self._abort else 0.0
-        if self._next_i >= end or self._abort and not self._goes_now(queued, self._held[self._next_i]):
-            if again and self._awaiting is not Await.DATA:
-                self._await(Await.DATA)
-            return
+        first = self._next_i
         while self._next_i < end and (not self._abort or self._goes_now(queued, self._held[self._next_i])):
             i = self._next_i
             resent = i < self._high
@@ -486,6 +483,10 @@ class AsyncLine(AsyncSignOn):
             self._last_d = None if resent else (self._out[-1], seq, False)
             queued += len(self._out[-1]) * self._char
             self._next_i = i + 1
+        if self._next_i == first:  # nothing new: the window is full, or (paced) the wire is far enough ahead
+            if again and self._awaiting is not Await.DATA:
+                self._await(Await.DATA)
+            return
         self._high = max(self._high, self._next_i)
         self._ack_pending = self._busy and self._ack_pending  # the ACK rode along (busy needs B)
         if self._awaiting is not Await.DATA:
