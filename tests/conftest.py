@@ -32,6 +32,7 @@ BEFORE_EPOCH = "7f2b271"  # line drivers with the BSC announcement, from before 
 # middle of the run, and all four workers on them at the end). A name here that no longer matches
 # only loses its place in the order.
 LONG_FIRST = (
+    "tests/integration/test_routing_network.py::test_a_ring_of_40",  # (65 s alone, 60 CPU-s)
     "tests/spark/test_analyze_report.py::test_report_of_",      # (a JVM of its own, besides the session's)
     "tests/integration/test_network.py::test_three_hosts_mesh",
     "tests/integration/test_demo.py",

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from mccs.testbed.bench_network import daemon_pair
-from mccs.testbed.hosts import DaemonProcess, write_config
+from mccs.testbed.hosts import DaemonProcess, start_all, stop_all, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.procstat import cpu_seconds, rss
 from mccs.testbed.vserial import Lines
@@ -101,8 +101,7 @@ def hub_run(root: Path, n: int, baud: int, protocol: str, count: int, size: int,
     vl, daemons = star(root, n, baud, protocol)
     hub, ring = daemons[0], daemons[1:]
     with vl:
-        for d in daemons:
-            d.start()
+        start_all(daemons)
         try:
             pairs = [(ring[i], ring[(i + 1) % n], leaves(n)[(i + 1) % n]) for i in range(n)]
             _warm(pairs)
@@ -119,8 +118,7 @@ def hub_run(root: Path, n: int, baud: int, protocol: str, count: int, size: int,
                     "hub_rss_mb": rss(hub.pid) / 1e6,
                     "leaf_cpu_s_per_1000": statistics.mean(cpu[d.pid] for d in ring) * 1000 / count}
         finally:
-            for d in daemons:
-                d.stop()
+            stop_all(daemons)
 
 
 def alone_run(root: Path, baud: int, protocol: str, count: int, size: int, batch: int) -> float:

@@ -33,7 +33,7 @@ from typing import cast
 
 from linedrivers.ids import host_of
 from mccs.daemon.service import stop_on_sigterm
-from mccs.testbed.hosts import DaemonProcess, give_keys, write_config
+from mccs.testbed.hosts import DaemonProcess, give_keys, start_all, stop_all, write_config
 from mccs.testbed.vserial import Lines
 
 
@@ -230,8 +230,7 @@ class Network:
 
     def stop(self) -> None:
         self.stop_traffic()
-        for d in self.daemons.values():
-            d.stop()
+        stop_all(self.daemons.values())
         self.vlines.close()
 
 
@@ -377,8 +376,7 @@ def run_network(opts: Options) -> dict:
     with net.vlines:
         net.configs()
         try:
-            for d in net.daemons.values():
-                d.start()
+            start_all(net.daemons.values())
             if net.routed:
                 net.wait_for_routes()
             plans = net.plan_traffic()

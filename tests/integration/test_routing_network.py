@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mccs
-from mccs.testbed.hosts import DaemonProcess, wait_until, write_config
+from mccs.testbed.hosts import DaemonProcess, start_all, stop_all, wait_until, write_config
 from mccs.testbed.loopback import Options, run_network, timers
 from mccs.testbed.vserial import Lines
 
@@ -35,11 +35,11 @@ def _network(tmp_path, links: list[str], routes: dict[str, list[dict]] | None = 
                 peers = [p for link in links for a, p in [link.split("-"), link.split("-")[::-1]] if a == h]
                 lines = [{"peer": p, "port": vl.port(h, p), **keys} for p in peers]
                 daemons[h] = DaemonProcess(write_config(tmp_path, h, lines, (routes or {}).get(h, []), **host_keys),
-                                           program=[sys.executable, str(V1_DAEMON)] if h in v1 else None).start()
+                                           program=[sys.executable, str(V1_DAEMON)] if h in v1 else None)
+            start_all(daemons.values())
             yield daemons, vl
         finally:
-            for daemon in daemons.values():
-                daemon.stop()
+            stop_all(daemons.values())
 
 
 @contextlib.contextmanager
@@ -255,7 +255,6 @@ def _distances(d: DaemonProcess) -> dict[str, int]:
         return {r["to"]: r["distance"] for r in admin.status()["routes"] if r["distance"] is not None}
 
 
-@pytest.mark.slow  # 108 s and 96 CPU-s on 2 cores: in ./dev test -m slow (the 8-host ring in memory runs by default)
 @pytest.mark.timeout(420)
 def test_a_ring_of_40_daemons_with_every_default_learns_every_host_and_goes_the_long_way_round_a_cut(tmp_path):
     """Issue 38: a diameter of 20 lines, which version 1's routing (16 is no route) never carried.
