@@ -49,10 +49,13 @@ RATE_STEP = math.log(1.05)
 #: An error rate below which the best length is the longest a frame may be (64 KiB frames fail once in
 #: 150,000): taken as none, so that a clean line's estimate, which falls on forever, stops moving the choice
 RATE_FLOOR = 1e-10
-#: With ABORT agreed, a frame longer than PACE seconds on the wire (any data frame at 9600 baud) goes
-#: to the port PACE seconds of it at a time, the next piece when PACE / 2 are left: what a frame of
-#: higher priority waits behind once it cuts in. Shorter frames go whole, as without ABORT.
-PACE = 0.04
+#: With ABORT agreed, a frame longer than PACE seconds on the wire (a data frame of 128 bytes at 9600
+#: baud) goes to the port in pieces that keep it at most PACE seconds ahead of the wire: what a frame
+#: of higher priority waits behind once it cuts in. Shorter frames go whole, as without ABORT.
+PACE = 0.06
+#: ... the next piece when this much of the last is left: a pass (the daemon's) every
+#: PACE - PACE_LEFT seconds while a long frame goes, and as long for that pass to come.
+PACE_LEFT = 0.02
 
 
 class AsyncLine(AsyncSignOn):
@@ -259,6 +262,9 @@ class AsyncLine(AsyncSignOn):
                                         *key_of(self._held[i])))
         return True
 
+    #: Full duplex: the peer never holds the line (BscLine.receiving).
+    receiving = False
+
     def room(self) -> int:
         """Images the owner should hand over now: enough for a window in flight and one queued."""
         return max(0, 2 * self._window - len(self._held)) if self.state is State.UP else 0
@@ -313,7 +319,7 @@ class AsyncLine(AsyncSignOn):
             return None
         times = [] if self._busy else [at + wait for at, wait in self._asked.values() if wait]
         if self._abort and (self._out or self._next_i < min(self._window, len(self._held)) and not self._peer_busy):
-            times.append(self._wire_free - self.pace / 2)  # paced: hand more when half the pace is left
+            times.append(self._wire_free - min(PACE_LEFT, self.pace / 2))  # paced: the next piece
         line = self._line_deadline()
         return min(times + [line]) if line is not None else min(times, default=None)
 

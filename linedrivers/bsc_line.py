@@ -220,6 +220,12 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         """No room: answer WACK to blocks and bids until cleared."""
         self._busy = bool(flag)
 
+    @property
+    def receiving(self) -> bool:
+        """The peer holds the line: an image handed now makes us ask for it (RVI), which turns
+        the line round twice."""
+        return self._state is State.RECV
+
     def room(self) -> int:
         up = self._state in UP_STATES and self._hs is None and self._agreeing is None
         return max(0, QUEUE_LIMIT - len(self._queue)) if up else 0

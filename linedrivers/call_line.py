@@ -314,5 +314,9 @@ class CallLine:
     def room(self) -> int:
         return self.inner.room() if self.state is CallState.CONNECTED else 0
 
+    @property
+    def receiving(self) -> bool:
+        return self.state is CallState.CONNECTED and self.inner.receiving
+
     def segment_size(self) -> int:
         return self.inner.segment_size()

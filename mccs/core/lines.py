@@ -16,7 +16,7 @@ baud) before a frame more (a BSC machine takes one image at a time: its room()):
 on SEND_LIST, where a message of higher priority can still overtake it. A message of higher
 priority than the last handed goes at once, lead or not: the machine sends it before what it has
 not begun, and on a line that agreed ABORT cuts the frame on the wire short (docs/PROTOCOL.md), so
-it waits about 40 ms (the machine's pace) instead of a long frame on the wire.
+it waits about 50 ms (the machine's pace) instead of a long frame on the wire.
 """
 from __future__ import annotations
 
@@ -78,6 +78,11 @@ READ_EARLY = 0.002
 #: The longest a frame's length is waited for (wanted) when it is guessed (as long as the last) or told
 #: by a header that noise may have damaged: a shorter frame is read no later.
 GUESS_WAIT = 0.05
+#: Custody's own messages (LOOSE: states, probes) wait for a peer that holds a half-duplex line
+#: (BSC) to give it up, rather than ask for it (RVI: two turnarounds, 80 ms at 9600 baud beside the
+#: state's 120), at most as long as this many bytes take on the line: 10 s at 9600 baud, under 1 s
+#: at 115200, about a state's worth of messages (custody.STATE_BATCH).
+LOOSE_BYTES = 10_000
 FRAME_BYTES = 12  # about what a frame adds to its image (flags, header, FCS, stuffing aside)
 ADVERT_NAME = "MCCS"  # the process name routing updates are addressed to and from
 
@@ -703,7 +708,7 @@ class Lines:
                         return
                     # enough ahead of the wire: the rest waits here, unless it passes what the machine holds
                     if lcb.wire_free - self._now > lead and priority <= lcb.handed_priority:
-                        lcb.next_hand = lcb.wire_free - REFILL
+                        _hand_by(lcb, lcb.wire_free - REFILL)
                         return
                     blk = next(queue, None)
                     if blk is None or not self._hand(lcb, blk, fx, wall):
@@ -721,7 +726,7 @@ class Lines:
                 return
             if blk.state is BlockState.IN_FLIGHT and blk.line is None:  # handed whole already: nothing more of it
                 continue
-            if self._held_back(blk, wall):
+            if self._held_back(blk, wall) or self._waits_for_the_line(lcb, blk, wall):
                 continue
             if (not blk.pseq and blk.origin == self.host and not blk.flags & LOOSE
                     and self.pairs.out.syncing(dest, priority)):
@@ -732,6 +737,17 @@ class Lines:
                 return
             while blk.state is not BlockState.IN_FLIGHT or blk.more_on(lcb.peer):
                 yield blk
+
+    def _waits_for_the_line(self, lcb: LineControlBlock, blk: MSGBLOK, wall: float) -> bool:
+        """A LOOSE block while the peer holds the line, until LOOSE_BYTES' time after it was stored
+        (then a pass comes: next_hand)."""
+        if not (blk.flags & LOOSE and lcb.machine.receiving):
+            return False
+        wait = blk.ts + LOOSE_BYTES * lcb.cfg.char_time() - wall
+        if wait <= 0:
+            return False
+        _hand_by(lcb, self._now + wait)
+        return True
 
     def _rest(self, lcb: LineControlBlock, dest: str, priority: int) -> Iterator[MSGBLOK]:
         """The pieces still to hand of the message for `dest` this line carries in segments."""
@@ -927,6 +943,11 @@ def _due(lcb: LineControlBlock) -> float | None:
     times = [t for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until,
                          lcb.window_check, *(at for _, at in lcb.give_up.values())) if t is not None]
     return min(times, default=None)
+
+
+def _hand_by(lcb: LineControlBlock, at: float) -> None:
+    """The Message-Sender's next pass for the line comes by `at`."""
+    lcb.next_hand = at if lcb.next_hand is None else min(lcb.next_hand, at)
 
 
 def _frame_time(lcb: LineControlBlock) -> float:
