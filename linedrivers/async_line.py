@@ -53,8 +53,8 @@ RATE_FLOOR = 1e-10
 #: baud) goes to the port in pieces that keep it at most PACE seconds ahead of the wire: what a frame
 #: of higher priority waits behind once it cuts in. Shorter frames go whole, as without ABORT.
 PACE = 0.06
-#: ... the next piece when this much of the last is left: a pass (the daemon's) every
-#: PACE - PACE_LEFT seconds while a long frame goes, and as long for that pass to come.
+#: ... the next piece when this much of the last is left (next_write): a write every PACE - PACE_LEFT
+#: seconds while a long frame goes, and as long for it to come.
 PACE_LEFT = 0.02
 
 
@@ -99,6 +99,7 @@ class AsyncLine(AsyncSignOn):
         self.features = tuple(features) + tuple(name for name, on in ((SREJ, selective_repeat), (FCS32, fcs32),
                                                                      (FEC, fec), (ABORT, abort)) if on)
         self.pace, self._char = pace, 10 / baud
+        self._left = min(PACE_LEFT, pace / 2)  # the next piece when this much of the last is left
         self._overhead = OVERHEAD + (TRAILER_SIZE if secret is not None else 0)
         self._deframer = Deframer(2 * (self._overhead + FCS32_EXTRA + HEADER_SIZE + max(max_message, 64)),
                                   self.counters)
@@ -318,10 +319,20 @@ class AsyncLine(AsyncSignOn):
         if self.state is State.DOWN:
             return None
         times = [] if self._busy else [at + wait for at, wait in self._asked.values() if wait]
-        if self._abort and (self._out or self._next_i < min(self._window, len(self._held)) and not self._peer_busy):
-            times.append(self._wire_free - min(PACE_LEFT, self.pace / 2))  # paced: the next piece
+        if self._abort and not self._out and self._next_i < min(self._window, len(self._held)) and not self._peer_busy:
+            times.append(self._wire_free - self._left)  # paced: the next frame is built (its events: a pass)
         line = self._line_deadline()
         return min(times + [line]) if line is not None else min(times, default=None)
+
+    def next_write(self) -> float | None:
+        """Paced (ABORT agreed): when paced() has the next piece of a frame built already. Only
+        bytes, no event: the owner writes them without a pass of its own."""
+        return self._wire_free - self._left if self._abort and self._out and self.state is not State.DOWN else None
+
+    def paced(self, now: float) -> bytes:
+        """The next pieces of the frames built already, due by `now` (next_write)."""
+        self._now = max(self._now, now)
+        return self._paced() if self._abort and self._out else b""
 
     def _line_deadline(self) -> float | None:
         """The next deadline of the reply timer, the silence rule, the poll or the keep-alive."""

@@ -220,6 +220,13 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         """No room: answer WACK to blocks and bids until cleared."""
         self._busy = bool(flag)
 
+    def next_write(self) -> float | None:
+        """Nothing is paced on a BSC line (AsyncLine.next_write)."""
+        return None
+
+    def paced(self, now: float) -> bytes:
+        return b""
+
     @property
     def receiving(self) -> bool:
         """The peer holds the line: an image handed now makes us ask for it (RVI), which turns

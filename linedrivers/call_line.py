@@ -318,5 +318,14 @@ class CallLine:
     def receiving(self) -> bool:
         return self.state is CallState.CONNECTED and self.inner.receiving
 
+    def next_write(self) -> float | None:
+        return self.inner.next_write() if self.state in (CallState.CONNECTED, CallState.HANGING_UP) else None
+
+    def paced(self, now: float) -> bytes:
+        out = self.inner.paced(now) if self.state in (CallState.CONNECTED, CallState.HANGING_UP) else b""
+        if self.state is CallState.CONNECTED:
+            self.call_bytes += len(out)
+        return out
+
     def segment_size(self) -> int:
         return self.inner.segment_size()

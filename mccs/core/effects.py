@@ -70,6 +70,7 @@ class Effects:
     reads: list[tuple[Stored, int, int]] = field(default_factory=list)  # pieces of large texts to read, for
     #                                       the next pass (mccs.core.segments.Blobs): (text, offset, bytes)
     deadline: float | None = None  # run the next pass by this monotonic time
+    write_at: float | None = None  # call Kernel.write_paced at this monotonic time (paced writes)
 
     def change(self, *changes: Change) -> None:
         self.changes.extend(changes)

@@ -452,6 +452,17 @@ class Kernel:
         if self.blobs.wanted:  # pieces to read for the lines: the driver reads them, the next pass sends them
             fx.reads, self.blobs.wanted = list(self.blobs.wanted.values()), {}
             fx.wake_at(now)
+        fx.write_at = self.lines.next_write()
+        return fx
+
+    def write_paced(self, now: float) -> Effects:
+        """The driver's other entry: at `write_at`, the paced writes of the lines (the pieces of a
+        long frame built already, AsyncLine.next_write), without a pass: no input, no change, no
+        trace. Its deadline, if any, is when a pass must come for a line whose frame is all handed."""
+        fx = Effects()
+        self.lines.write_paced(fx, now)
+        fx.wake_at(self.lines.deadline())
+        fx.write_at = self.lines.next_write()
         return fx
 
     def _trim_send_done(self, fx: Effects) -> None:

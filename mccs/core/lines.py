@@ -936,6 +936,19 @@ class Lines:
     def deadline(self) -> float | None:
         return min((lcb.due for lcb in self.lcbs.values() if lcb.due is not None), default=None)
 
+    def next_write(self) -> float | None:
+        """When a line's paced write is due: bytes of frames built already, no pass needed."""
+        return min((at for lcb in self.lcbs.values() if (at := lcb.machine.next_write()) is not None), default=None)
+
+    def write_paced(self, fx: Effects, now: float) -> None:
+        """The paced writes due by `now` (Kernel.write_paced)."""
+        self._now = now
+        for lcb in self.lcbs.values():
+            at = lcb.machine.next_write()
+            if at is not None and at <= now:
+                fx.write(lcb.peer, lcb.machine.paced(now))
+                lcb.due = _due(lcb)
+
 
 def _due(lcb: LineControlBlock) -> float | None:
     """When the line needs a pass next, by itself. Only inputs move a machine's deadline, and the

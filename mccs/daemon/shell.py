@@ -80,6 +80,7 @@ class Daemon:
         self.passes = 0  # passes run: with commits, what a message costs the daemon (mccs status)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._writes: asyncio.TimerHandle | None = None  # the core's paced writes (Effects.write_at)
         self._probe: asyncio.TimerHandle | None = None
         self._space_checked = 0.0
         self._recoveries: list[float] = []
@@ -155,6 +156,7 @@ class Daemon:
         if not self.failed:
             self.run_pass()
             write_lines(self.kernel.stop(time.monotonic()).writes, self)  # the sign-offs: nothing to commit
+            self._writes_at(None)
             await asyncio.sleep(0.2)  # the sign-offs leave
         for port in self.ports.values():
             port.close()
@@ -328,6 +330,21 @@ class Daemon:
         if fx.changes and now - self._space_checked >= SPACE_CHECK:
             self._check_space(now)
         self._rearm(fx.deadline)
+        self._writes_at(fx.write_at)
+
+    def _writes_at(self, when: float | None) -> None:
+        if self._writes is not None:
+            self._writes.cancel()
+        self._writes = None if when is None else self.loop.call_at(when, self._write_paced)
+
+    def _write_paced(self) -> None:
+        """The pieces of long frames built already (Kernel.write_paced): a write, not a pass."""
+        self._writes = None
+        fx = self.kernel.write_paced(time.monotonic())
+        write_lines(fx.writes, self)
+        if fx.deadline is not None:
+            self._wake_at(fx.deadline)
+        self._writes_at(fx.write_at)
 
     # -- the shell's part of a pass (mccs.daemon.driver.Shell) ----------------------------------------------
     def emit_trace(self, ev: TraceEvent) -> None:
@@ -393,6 +410,7 @@ class Daemon:
                 self._stopping.set()
                 return
         counters = self.kernel.counters
+        self._writes_at(None)
         self.kernel = self._core()
         self.kernel.counters.update(counters)
         self.kernel.set_disk_full(disk_full)

@@ -31,7 +31,7 @@ from checkpoint.changes import Stored
 from checkpoint.store import RESTORED, Checkpoint
 from mccs.core import requests
 from mccs.config import HostConfig, LineConfig, ProcessConfig
-from mccs.daemon.driver import perform, prior, reply_text
+from mccs.daemon.driver import perform, prior, reply_text, write_lines
 from mccs.core.e2e import Keyring
 from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
@@ -40,6 +40,7 @@ from mccs.core.sessions import Creds
 from mccs.testbed.hayes_modem import HayesModem
 from mccs.testbed.linesim import Channel
 
+WRITE = "write"  # an event of the network (SimNet._events): a host's paced writes are due
 WALL0 = 1_800_000_000.0  # the simulated wall clock at time 0: January 2027
 
 
@@ -70,6 +71,7 @@ class SimHost:
         self._conns = itertools.count(1)
         self._due: float | None = None
         self.due = 0.0
+        self.write_at: float | None = None  # when the core's paced writes are due (Kernel.write_paced)
 
     @property
     def due(self) -> float | None:
@@ -134,7 +136,21 @@ class SimHost:
             self.fail_next_commit = False
             return fx
         perform(fx, self.cp, self)
+        self._writes_at(fx.write_at)
         return fx
+
+    def write_paced(self) -> None:
+        """The core's paced writes, as the daemon's shell makes them: no pass."""
+        fx = self.kernel.write_paced(self.net.now)
+        write_lines(fx.writes, self)
+        if fx.deadline is not None:
+            self.wake(max(0.0, fx.deadline - self.net.now))
+        self._writes_at(fx.write_at)
+
+    def _writes_at(self, at: float | None) -> None:
+        self.write_at = at
+        if at is not None:
+            self.net.schedule(at, (WRITE, self.id))
 
     def _counted(self) -> None:
         self.pass_count += 1
@@ -286,9 +302,10 @@ class SimNet:
         self.seed = seed
         self.dir = Path(directory)
         self.channels: dict[tuple[str, str], Channel] = {}
-        # What is due when, oldest first: a host's pass (its id) or bytes arriving at a host (the
-        # channel's key and the side they arrive at). Entries that no longer hold are passed over.
-        self._events: list[tuple[float, int, str | tuple[str, str, str]]] = []
+        # What is due when, oldest first: a host's pass (its id), its paced writes (WRITE, its id) or
+        # bytes arriving at a host (the channel's key and the side they arrive at). Entries that no
+        # longer hold are passed over.
+        self._events: list[tuple[float, int, str | tuple[str, str] | tuple[str, str, str]]] = []
         self._order = itertools.count()
         self.hosts: dict[str, SimHost] = {}
         for hid, lines in hosts.items():
@@ -334,7 +351,7 @@ class SimNet:
             if arrival is not None and arrival != before:
                 self.schedule(arrival, (*_pair(src, dst), "b" if src < dst else "a"))
 
-    def schedule(self, at: float, what: str | tuple[str, str, str]) -> None:
+    def schedule(self, at: float, what: str | tuple[str, str] | tuple[str, str, str]) -> None:
         heapq.heappush(self._events, (at, next(self._order), what))
 
     def _modem(self, host: str, peer: str) -> HayesModem:
@@ -393,9 +410,14 @@ class SimNet:
             self.hosts[hid].line_data(peer, data)
         due: set[str] = set()
         while self._events and self._events[0][0] <= self.now:
-            _, _, what = heapq.heappop(self._events)
+            at, _, what = heapq.heappop(self._events)
             if isinstance(what, str):
                 due.add(what)
+                continue
+            if len(what) == 2:  # (WRITE, host)
+                host = self.hosts.get(what[1])
+                if host is not None and host.write_at == at:
+                    host.write_paced()
                 continue
             a, b, side = what
             hid, peer = (a, b) if side == "a" else (b, a)

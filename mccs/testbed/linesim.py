@@ -329,9 +329,7 @@ class Harness:
     def next_time(self) -> float | None:
         times = [self._timers[0][0]] if self._timers else []
         for s in self.sides.values():
-            d = s.machine.next_deadline()
-            if d is not None:
-                times.append(d)
+            times.extend(d for d in (s.machine.next_deadline(), _next_write(s.machine)) if d is not None)
             a = self.channel.towards(s.name).next_arrival()
             if a is not None:
                 times.append(a)
@@ -358,6 +356,9 @@ class Harness:
             d = s.machine.next_deadline()
             if d is not None and d <= now:
                 s.machine.handle_timeout(now)
+            w = _next_write(s.machine)
+            if w is not None and w <= now:  # paced: pieces of frames built already (AsyncLine.next_write)
+                self.channel.outof(s.name).write(s.machine.paced(now), now)
         self._settle()
         return True
 
@@ -406,3 +407,8 @@ def run_pair(factory_a: Callable[[], Any], factory_b: Callable[[], Any],
     h.send("b", messages_b)
     finished = h.run(until, settle=settle, max_steps=max_steps)
     return h.result(finished)
+
+
+def _next_write(machine) -> float | None:
+    """A machine's paced write time (a machine of the older interface has none)."""
+    return machine.next_write() if hasattr(machine, "next_write") else None

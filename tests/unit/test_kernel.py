@@ -3,6 +3,8 @@ sections 4.3 and 5, on `mccs.core.kernel.Kernel` through `mccs.testbed.hostsim` 
 line machines over in-memory lines, a virtual clock; no daemon process, socket or port)."""
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from checkpoint.changes import Table
@@ -705,3 +707,28 @@ def test_the_simulated_hosts_keep_their_checkpoint_in_memory_through_a_crash(tmp
     net["AA"].crash()
     assert net.client("AA", "R").recv()["msg"] is not None
     assert list(tmp_path.iterdir()) == []  # no checkpoint file, no lock, no WAL
+
+
+def test_the_pieces_of_a_paced_frame_are_written_without_a_pass(tmp_path, monkeypatch):
+    """With frame abort a long frame goes to the port in pieces (AsyncLine.next_write); the driver
+    writes them through Kernel.write_paced, which changes, traces and answers nothing: a piece costs
+    no pass (at 9600 baud a pass every 20 ms while a frame went, before)."""
+    lines = {"AA": [line("BB", baud=9600, frame_abort=True)], "BB": [line("AA", baud=9600, frame_abort=True)]}
+    net = SimNet(tmp_path, lines)
+    for side in "ab":
+        net.channel("AA", "BB").towards(side).imp.baud = 9600
+    assert net.run(lambda: net["AA"].kernel.lines["BB"].state.name == "UP", duration=30)
+    aa, written = net["AA"], []
+
+    def write_paced(now, real=aa.kernel.write_paced):
+        fx = real(now)
+        written.append(fx)
+        return fx
+    monkeypatch.setattr(aa.kernel, "write_paced", write_paced)
+    p, passes = net.client("AA", "P"), aa.pass_count
+    for i in range(20):
+        p.request({"op": "send", "to": "BBR", "data": base64.b64encode(bytes(120)).decode(), "user_id": i + 1})
+    assert net.run(lambda: len(net["BB"].kernel.lists.recv) == 20, duration=60)
+    pieces = [w for fx in written for w in fx.writes if w.data]
+    assert len(pieces) >= 20 and not any(fx.changes or fx.traces or fx.replies for fx in written)
+    assert aa.pass_count - passes <= 3 * 20  # (60; 44 without frame abort, 181 when every piece took a pass)
