@@ -334,6 +334,8 @@ class Daemon:
 
     def _writes_at(self, when: float | None) -> None:
         if self._writes is not None:
+            if when is not None and self._writes.when() == when:  # (most passes: none, or the same)
+                return
             self._writes.cancel()
         self._writes = None if when is None else self.loop.call_at(when, self._write_paced)
 
