@@ -104,7 +104,8 @@ class RoutingTable:
         # source) was asked for while its route stayed as it is, and what the neighbour had said then
         self.answer: dict[str, dict[str, tuple[int, str]]] = {}  # dest -> neighbour whose question was
         # passed on -> the number and source it asked for
-        self._since: dict[str, float] = {}
+        self._since: dict[str, float] = {}  # destination -> when its route last moved
+        self.moved = 0.0  # when any route last moved (its next hop, distance or kind)
         self._recompute(0.0)
         self.changed.clear()
 
@@ -161,6 +162,11 @@ class RoutingTable:
     def next_hop(self, dest: str) -> str | None:
         route = self.best.get(dest)
         return route.via if route else self.static.get(DEFAULT)
+
+    def moved_since(self, at: float) -> list[str]:
+        """The destinations whose route moved at or after `at` (a watcher of the network's routes
+        looks again only at those)."""
+        return [] if self.moved < at else [d for d, t in self._since.items() if t >= at]
 
     def is_known(self, dest: str) -> bool:
         return dest == self.host or dest in self.known or DEFAULT in self.static
@@ -362,7 +368,7 @@ class RoutingTable:
                 self._tell_all(dest)
                 self.asked.pop(dest, None)  # (the route moved: what would be better is asked for again)
                 if last is None or (last.via, last.dist, last.kind) != (route.via, route.dist, route.kind):
-                    self._since[dest] = now
+                    self._since[dest] = self.moved = now
                     self.changed.append(route)
             if unfeasible and route.kind != "static" and route.via not in self.direct_only:
                 self._ask_for_better(dest, route, unfeasible)

@@ -129,12 +129,21 @@ class Scale:
             src, dst = self.rng.sample(self.ids, 2)
             chosen.add((src, dst))
         self.flows = [Flow(a, b) for a, b in sorted(chosen)]
-        self.destinations = sorted({f.dst for f in self.flows})
+        self.destinations = {f.dst for f in self.flows}
+        self._unheard = set(self.destinations)  # destinations with no receiver yet (or again, after a kill)
         self.senders: dict[str, SimClient] = {}
         self.receivers: dict[str, tuple[SimClient, int, list]] = {}  # host -> client, its RECV, what that confirms
-        self.pending: dict[tuple[str, int], tuple[Flow, int]] = {}  # (host, rid) -> the SEND's flow and seq
+        self.pending: dict[str, dict[int, tuple[Flow, int]]] = {}  # host -> rid -> the SEND's flow and seq
         self.routing_bytes: Counter = Counter()  # per line, what killed hosts' lines had counted
         self._failing: str | None = None  # the destination the last look at convergence failed on
+        self._changed()
+
+    def _changed(self) -> None:
+        """The lines or hosts changed (an event): every destination is looked at again."""
+        self._nbrs = self._up()  # host -> its neighbours over the lines up
+        self._good: set[str] = set()  # destinations found good since, no route to them moved after
+        self._looked: float | None = None  # when the last look was
+        self._last = False  # what it found
 
     # -- what the test of convergence sees ----------------------------------------------------
     def _up(self) -> dict[str, set[str]]:
@@ -147,12 +156,24 @@ class Scale:
 
     def converged(self) -> bool:
         """Every host that can reach a destination (over the lines up, within the hop limit) has a
-        next hop to it that leads there. The destination that failed the last look is looked at
-        first: a look while routes still move ends at once."""
-        nbrs = self._up()
+        next hop to it that leads there. A look costs what moved since the last: a destination
+        found good stays good until an event or until a host's route to it moves, and the one
+        that failed the last look is looked at first, so a look while routes still move ends at once."""
+        tables = {h: self.net[h].kernel.routes for h in self._nbrs}
+        if self._looked is not None:
+            moved = {d for t in tables.values() for d in t.moved_since(self._looked)}
+            if not moved:
+                return self._last
+            self._good -= moved
+        self._looked = self.net.now
+        self._last = self._look(tables)
+        return self._last
+
+    def _look(self, tables: dict) -> bool:
+        nbrs = self._nbrs
         parts: dict[str, tuple[set[str], bool]] = {}  # host -> its part of the network, wider than the limit?
-        hop = {h: self.net[h].kernel.routes.next_hop for h in nbrs}
-        for dest in sorted(nbrs, key=lambda d: d != self._failing):
+        hop = {h: t.next_hop for h, t in tables.items()}
+        for dest in sorted(nbrs.keys() - self._good, key=lambda d: d != self._failing):
             ok = {dest}
             for h in _reach(nbrs, dest, self.hop_limit, parts):
                 path: list[str] = []
@@ -165,6 +186,7 @@ class Scale:
                         return False
                     at = nxt
                 ok.update(path)
+            self._good.add(dest)
         return True
 
     # -- traffic ----------------------------------------------------------------------------------
@@ -179,27 +201,31 @@ class Scale:
         c = self.senders[flow.src]
         body = f"{index} {flow.sent}".encode()
         rid = c.request({"op": "send", "to": flow.dst + "R", "data": base64.b64encode(body).decode()})
-        self.pending[flow.src, rid] = (flow, flow.sent)
+        self.pending.setdefault(flow.src, {})[rid] = (flow, flow.sent)
 
     def collect(self) -> None:
-        """Replies to the SENDs (accepted or not) and the messages the receivers were handed."""
-        for (host, rid), (flow, seq) in list(self.pending.items()):
-            c = self.senders.get(host)
-            reply = c.reply(rid) if c is not None and c.host.inbox.get(c.conn) else None  # (most steps: none)
-            if reply is not None:
-                del self.pending[host, rid]
-                if reply.get("ok"):
-                    flow.accepted.add(seq)
-                else:
-                    flow.refused += 1
-        for host in self.destinations:
+        """Replies to the SENDs (accepted or not) and the messages the receivers were handed, at the
+        hosts that handed their processes something since the last look (SimNet.replied)."""
+        replied, self.net.replied = self.net.replied, set()
+        for host in sorted(replied & self.pending.keys()):
+            c, waiting = self.senders[host], self.pending[host]
+            for rid, (flow, seq) in list(waiting.items()):
+                reply = c.reply(rid)
+                if reply is not None:
+                    del waiting[rid]
+                    if reply.get("ok"):
+                        flow.accepted.add(seq)
+                    else:
+                        flow.refused += 1
+        for host in sorted((replied & self.destinations) | self._unheard):
             if host in self.away:
                 continue
-            if host not in self.receivers:
+            if host in self._unheard:
+                self._unheard.discard(host)
                 c = self.net.client(host, "R")
                 self.receivers[host] = (c, c.request({"op": "recv", "wait": True}), [])
             c, rid, confirming = self.receivers[host]
-            reply = c.reply(rid) if c.host.inbox.get(c.conn) else None
+            reply = c.reply(rid)
             if reply is None:
                 continue
             for flow, seq in confirming:  # the RECV's reply comes after its confirms' commit
@@ -225,14 +251,15 @@ class Scale:
             self.kill(ev.host)
         else:
             self.revive(ev.host)
+        self._changed()
 
     def kill(self, host: str) -> None:
         self.routing_bytes.update(self.routing_bytes_of(host))
         self.away[host] = self.net.hosts.pop(host)
         self.senders.pop(host, None)
-        self.receivers.pop(host, None)
-        for key in [k for k in self.pending if k[0] == host]:
-            del self.pending[key]
+        if self.receivers.pop(host, None) is not None:
+            self._unheard.add(host)
+        self.pending.pop(host, None)
 
     def routing_bytes_of(self, host: str) -> Counter:
         """The routing updates' bytes this host's lines have sent since it started."""

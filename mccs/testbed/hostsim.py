@@ -80,9 +80,9 @@ class SimHost:
 
     @due.setter
     def due(self, at: float | None) -> None:
-        self._due = at
-        if at is not None:
+        if at is not None and at != self._due:  # (the same time is in the network's events already)
             self.net.schedule(at, self.id)
+        self._due = at
 
     def _core(self) -> Kernel:
         return Kernel(self.cfg, self.cp.restore(), random_bytes=self.random.randbytes, keys=self.keys)
@@ -127,6 +127,7 @@ class SimHost:
         self._counted()
         if self.net.record:
             self.passes.append(fx)
+        self._due = None  # (its event was taken: a deadline of now is scheduled again)
         self.due = fx.deadline
         if self.crash_when is not None and self.crash_when(fx):
             self.crash_when = None
@@ -148,9 +149,9 @@ class SimHost:
         self._writes_at(fx.write_at)
 
     def _writes_at(self, at: float | None) -> None:
-        self.write_at = at
-        if at is not None:
+        if at is not None and at != self.write_at:  # (the same time is in the network's events already)
             self.net.schedule(at, (WRITE, self.id))
+        self.write_at = at
 
     def _counted(self) -> None:
         self.pass_count += 1
@@ -175,6 +176,7 @@ class SimHost:
         if stored is not None:
             body["msg"]["data"] = _b64(b"".join(reply_text(self.cp, reply)))
         self.inbox.setdefault(reply.conn, []).append(body)
+        self.net.replied.add(self.id)
 
     def pieces_read(self, pieces: list[tuple[Stored, int, bytes]]) -> None:
         self.kernel.pieces_read(pieces)
@@ -192,6 +194,7 @@ class SimHost:
         """kill -9 and a restart: memory gone, the checkpoint as of the last commit."""
         self.kernel = self._core()
         self.inbox.clear()
+        self._due = self.write_at = None  # (their events may have been passed over while it was away)
         self.wake()
         self.open_ports()
 
@@ -308,6 +311,7 @@ class SimNet:
         self._events: list[tuple[float, int, str | tuple[str, str] | tuple[str, str, str]]] = []
         self._order = itertools.count()
         self.hosts: dict[str, SimHost] = {}
+        self.replied: set[str] = set()  # hosts that handed a process a reply (a watcher empties it)
         for hid, lines in hosts.items():
             cfg = HostConfig(id=hid, socket=str(self.dir / f"{hid}.sock"), checkpoint=str(self.dir / f"{hid}.db"),
                              trace_dir=str(self.dir / hid), lines=lines,
@@ -417,6 +421,7 @@ class SimNet:
             if len(what) == 2:  # (WRITE, host)
                 host = self.hosts.get(what[1])
                 if host is not None and host.write_at == at:
+                    host.write_at = None  # (its event is taken)
                     host.write_paced()
                 continue
             a, b, side = what

@@ -74,3 +74,37 @@ def test_the_command_prints_a_table_json_and_its_targets_plots_and_refuses_a_bad
     assert drawn.returncode == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG", drawn.stderr
     bad = subprocess.run(run[:5] + ["--hosts", "1"], capture_output=True, text=True, timeout=50)
     assert bad.returncode == 2 and "--hosts must be" in bad.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_look_at_convergence_that_looks_only_at_what_moved_finds_what_a_whole_look_finds(tmp_path):
+    """The bench's look (Scale.converged) keeps the destinations it found good until a route to
+    them moves or an event comes. At every simulated second, through a cut, a heal, a kill, a
+    revive, and then a host's lines failing without an event (its routes move; the look must see
+    it), it says what a look at every destination says."""
+    s = bench_scale.Scale(_args("--hosts", "12", "--shape", "mesh", "--seed", "3"), str(tmp_path))
+    a, b = s.edges[0]
+    events = [bench_scale.Event(20.0, "cut", line=(a, b)), bench_scale.Event(60.0, "heal", line=(a, b)),
+              bench_scale.Event(90.0, "kill", host=s.ids[5]), bench_scale.Event(150.0, "revive", host=s.ids[5])]
+    said = []
+    while s.net.now < 260.0:
+        if events and events[0].at <= s.net.now:
+            s.apply(events.pop(0))
+        if 200.0 <= s.net.now < 201.0:  # (not an event: the look is not told)
+            for x, y in s.edges:
+                if s.ids[7] in (x, y):
+                    s.net.channel(x, y).disconnect()
+        quick = s.converged()
+        whole = bench_scale.Scale.converged(_fresh(s))
+        assert quick == whole, f"t={s.net.now:.1f}: the quick look says {quick}, a whole look {whole}"
+        said.append(quick)
+        s.net.run(duration=1.0)
+    assert said[199] and not said[-1]  # (converged, until the host's lines failed)
+
+
+def _fresh(s: "bench_scale.Scale") -> "bench_scale.Scale":
+    """The same network, looked at as if for the first time."""
+    import copy
+    whole = copy.copy(s)
+    whole._good, whole._looked, whole._failing = set(), None, None
+    return whole
