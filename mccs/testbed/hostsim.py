@@ -13,7 +13,8 @@ checkpoint, as kill -9 and a restart would. No threads, no sockets, no real time
 A host runs a pass only when the daemon would: after an input (bytes from a line, a request, a
 port or carrier change), within the time the core answers it needs, or at the deadline of its
 last pass; a line machine's answer to bytes is written at once, as the shell writes it. The clock
-jumps from event to event (at most `max_step` at a time), so idle hosts cost nothing.
+jumps from event to event (at most `max_step` at a time), so idle hosts cost nothing. A port hands
+its host the pieces of a paced async frame (frame abort) in one read, once the last has come.
 
     net = SimNet(tmp_path, {"AA": [line("BB")], "BB": [line("AA")]})
     p, r = net.client("AA", "P"), net.client("BB", "R")
@@ -41,6 +42,9 @@ from mccs.testbed.hayes_modem import HayesModem
 from mccs.testbed.linesim import Channel
 
 WRITE = "write"  # an event of the network (SimNet._events): a host's paced writes are due
+FLAG = 0x7E  # what ends every async frame, whole or cut short (linedrivers.async_frames)
+HELD_AT_MOST = 1.0  # seconds a piece of an async frame waits at its port for the rest (SimNet.write)
+HELD = "held"  # an event of the network: the pieces of a frame at a port, if the rest has not come
 WALL0 = 1_800_000_000.0  # the simulated wall clock at time 0: January 2027
 
 
@@ -305,10 +309,10 @@ class SimNet:
         self.seed = seed
         self.dir = Path(directory)
         self.channels: dict[tuple[str, str], Channel] = {}
-        # What is due when, oldest first: a host's pass (its id), its paced writes (WRITE, its id) or
-        # bytes arriving at a host (the channel's key and the side they arrive at). Entries that no
-        # longer hold are passed over.
-        self._events: list[tuple[float, int, str | tuple[str, str] | tuple[str, str, str]]] = []
+        # What is due when, oldest first: a host's pass (its id), its paced writes (WRITE, its id),
+        # bytes arriving at a host (the channel's key and the side they arrive at), or pieces held
+        # at its port (those and HELD). Entries that no longer hold are passed over.
+        self._events: list[tuple[float, int, str | tuple[str, ...]]] = []
         self._order = itertools.count()
         self.hosts: dict[str, SimHost] = {}
         self.replied: set[str] = set()  # hosts that handed a process a reply (a watcher empties it)
@@ -320,6 +324,13 @@ class SimNet:
             self.hosts[hid] = SimHost(self, cfg)
             for lc in lines:
                 self.channels.setdefault(_pair(hid, lc.peer), Channel(seed=seed))
+        # (host, peer) of the async lines whose frames go in paced pieces (frame abort): their
+        # receiving port hands the reader a frame's bytes once its last piece has come, as one
+        # read, or HELD_AT_MOST after a piece if none follows (a port reads in pieces of its own;
+        # the deframer takes any; this spares the network a read of the receiver per piece)
+        self._paced = {(hid, lc.peer) for hid, h in self.hosts.items() for lc in h.cfg.lines
+                       if lc.protocol == "async" and lc.frame_abort and not modems}
+        self._held: dict[tuple[str, str, str], float] = {}  # a port holding pieces -> until when
         self.modems: dict[tuple[str, str], tuple[HayesModem, HayesModem]] = {}
         self._to_dte: list[tuple[str, str, bytes]] = []  # what the modems said, for the next step
         for i, (a, b) in enumerate(sorted(self.channels) if modems else []):
@@ -352,10 +363,16 @@ class SimNet:
             before = pipe.next_arrival()
             pipe.write(data, self.now)
             arrival = pipe.last_arrival()
-            if arrival is not None and arrival != before:
-                self.schedule(arrival, (*_pair(src, dst), "b" if src < dst else "a"))
+            where = (*_pair(src, dst), "b" if src < dst else "a")
+            if (src, dst) in self._paced and data[-1] != FLAG:  # a piece of a frame: the rest follows
+                self._held[where] = at = (arrival or self.now) + HELD_AT_MOST
+                self.schedule(at, (*where, HELD))
+            else:
+                self._held.pop(where, None)
+                if arrival is not None and arrival != before:
+                    self.schedule(arrival, where)
 
-    def schedule(self, at: float, what: str | tuple[str, str] | tuple[str, str, str]) -> None:
+    def schedule(self, at: float, what: str | tuple[str, ...]) -> None:
         heapq.heappush(self._events, (at, next(self._order), what))
 
     def _modem(self, host: str, peer: str) -> HayesModem:
@@ -424,6 +441,11 @@ class SimNet:
                     host.write_at = None  # (its event is taken)
                     host.write_paced()
                 continue
+            if len(what) == 4:  # (a, b, side, HELD): pieces whose rest has not come
+                what = what[:3]
+                if self._held.get(what) != at:
+                    continue
+                del self._held[what]
             a, b, side = what
             hid, peer = (a, b) if side == "a" else (b, a)
             data = self.channels[a, b].towards(side).take(self.now)

@@ -537,6 +537,38 @@ def test_a_port_lost_while_the_sender_waits_for_its_wire_leaves_no_deadline_behi
     assert [r.recv()["msg"]["user_id"] for _ in range(40)] == list(range(1, 41))
 
 
+def test_the_simulated_port_hands_a_paced_frame_over_in_one_read_and_a_piece_alone_after_a_while(tmp_path):
+    """Frame abort at the defaults writes a frame longer than its pace in pieces (120 bytes at
+    9600 baud: three); the simulator's port hands the
+    receiver the frame when its last piece has come (one read, not one a piece: what makes a
+    large network cheap to simulate), and a piece whose rest never comes, its sender killed,
+    within HELD_AT_MOST."""
+    import base64
+    from mccs.config import LineConfig
+    from mccs.testbed.hostsim import HELD_AT_MOST
+    net = SimNet(tmp_path, {a: [LineConfig(peer=b, port=f"sim://{b}")] for a, b in (("AA", "BB"), ("BB", "AA"))})
+    for side in "ab":
+        net.channel("AA", "BB").outof(side).imp.baud = 9600
+    aa, bb = net["AA"], net["BB"]
+    assert net.run(lambda: bb.kernel.lines["AA"].state is LineState.UP, duration=30)
+    reads: list[bytes] = []
+    feed = bb.line_data
+    bb.line_data = lambda peer, data: (reads.append(data), feed(peer, data))[1]
+    p, r = aa.client("P"), bb.client("R")
+    for i in range(5):
+        p.request({"op": "send", "to": "BBR", "data": base64.b64encode(bytes(120)).decode(), "user_id": i + 1})
+    assert [r.recv()["msg"]["user_id"] for _ in range(5)] == [1, 2, 3, 4, 5]
+    assert reads and all(data[-1] == 0x7E for data in reads)  # (a frame ends with its flag)
+    assert max(map(len, reads)) > 120 and aa.kernel.lines["BB"].machine.counters.get("retransmissions", 0) == 0
+    reads.clear()
+    p.request({"op": "send", "to": "BBR", "data": base64.b64encode(bytes(120)).decode()})
+    assert net.run(lambda: aa.write_at is not None, duration=5)  # a frame partly written
+    del net.hosts["AA"]  # killed (as bench scale kills a host): the rest is never written
+    at = net.now
+    net.run(lambda: any(data[-1] != 0x7E for data in reads), duration=HELD_AT_MOST + 0.5)
+    assert any(data[-1] != 0x7E for data in reads) and net.now - at <= HELD_AT_MOST + 0.5
+
+
 def test_a_pass_runs_only_the_lines_it_has_something_for(tmp_path):
     """A hub of six lines forwards a stream between two of its leaves, every default but the
     simulator's short timers: the passes that carry it do not look at the four idle lines'
