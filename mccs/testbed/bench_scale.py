@@ -138,12 +138,33 @@ class Scale:
         self._failing: str | None = None  # the destination the last look at convergence failed on
         self._changed()
 
-    def _changed(self) -> None:
-        """The lines or hosts changed (an event): every destination is looked at again."""
+    def _changed(self, spoiled: set[str] | None = None) -> None:
+        """The lines or hosts changed (an event): the destinations it `spoiled` are looked at again
+        (None: every one)."""
         self._nbrs = self._up()  # host -> its neighbours over the lines up
-        self._good: set[str] = set()  # destinations found good since, no route to them moved after
-        self._looked: float | None = None  # when the last look was
-        self._last = False  # what it found
+        if spoiled is None:
+            self._good: set[str] = set()  # destinations found good since, no route to them moved after
+            self._looked: float | None = None  # when the last look was
+        self._good -= spoiled or set()
+        self._last: bool | None = None  # what the last look found (None: one must come)
+
+    def _spoiled(self, ev: Event) -> set[str] | None:
+        """The destinations found good that `ev` may make bad (None: any). A cut: those a host at
+        either end routes over the line. A kill: the host and those its neighbours route through
+        it. A heal of a line between hosts joined already, in a part no wider than the hop limit:
+        none (what a host must reach is as it was). A revive: any (the host knows nothing yet)."""
+        hop = {h: self.net[h].kernel.routes.next_hop for h in self._nbrs}
+        a, b = ev.line
+        if ev.what in ("cut", "heal") and not (a in self._nbrs and b in self._nbrs):
+            return set()  # (a host at an end is away: the lines up are as they were)
+        if ev.what == "cut":
+            return {d for d in self._good if hop[a](d) == b or hop[b](d) == a}
+        if ev.what == "kill":
+            return {ev.host} | {d for d in self._good for h in self._nbrs.get(ev.host, ()) if hop[h](d) == ev.host}
+        if ev.what == "heal":
+            part, far = _rings(self._nbrs, a, len(self._nbrs))
+            return set() if b in part and 2 * far <= self.hop_limit else None
+        return None
 
     # -- what the test of convergence sees ----------------------------------------------------
     def _up(self) -> dict[str, set[str]]:
@@ -158,11 +179,12 @@ class Scale:
         """Every host that can reach a destination (over the lines up, within the hop limit) has a
         next hop to it that leads there. A look costs what moved since the last: a destination
         found good stays good until an event or until a host's route to it moves, and the one
-        that failed the last look is looked at first, so a look while routes still move ends at once."""
+        that failed the last look is looked at first, so a look while routes still move ends at once.
+        An event spoils only what it may (_spoiled)."""
         tables = {h: self.net[h].kernel.routes for h in self._nbrs}
         if self._looked is not None:
             moved = {d for t in tables.values() for d in t.moved_since(self._looked)}
-            if not moved:
+            if not moved and self._last is not None:
                 return self._last
             self._good -= moved
         self._looked = self.net.now
@@ -241,6 +263,7 @@ class Scale:
 
     # -- events -----------------------------------------------------------------------------------
     def apply(self, ev: Event) -> None:
+        spoiled = self._spoiled(ev)
         if ev.what == "cut":
             self.cut.add(ev.line)
             self.net.channel(*ev.line).disconnect()
@@ -251,7 +274,7 @@ class Scale:
             self.kill(ev.host)
         else:
             self.revive(ev.host)
-        self._changed()
+        self._changed(spoiled)
 
     def kill(self, host: str) -> None:
         self.routing_bytes.update(self.routing_bytes_of(host))
