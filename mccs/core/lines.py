@@ -947,7 +947,8 @@ class Lines:
             at = lcb.machine.next_write()
             if at is not None and at <= now:
                 fx.write(lcb.peer, lcb.machine.paced(now))
-                lcb.due = _due(lcb)
+                if lcb.machine.next_write() is None:  # all handed: the machine's deadline may be the next frame's
+                    lcb.due = _due(lcb)
 
 
 def _due(lcb: LineControlBlock) -> float | None:

@@ -34,7 +34,8 @@ class LineMachine(Protocol):
     def receive_data(self, data: bytes, now: float) -> None: ...
     def data_to_send(self, now: float | None = None) -> bytes: ...  # `now`: the time, for paced writes
     def next_write(self) -> float | None: ...  # paced writes: when paced() has more of frames built already
-    def paced(self, now: float) -> bytes: ...  # those bytes: no event, so no pass is needed for them
+    def paced(self, now: float) -> bytes: ...  # those bytes: no event, so no pass is needed for them;
+    # next_deadline() moves with them only once they are all handed (next_write() is None)
     def bytes_wanted(self) -> int: ...  # received bytes needed before the next frame can end (>= 1)
     def unconfirmed_room(self) -> int: ...  # messages the peer may still send before our confirm()
     def events(self) -> list[Event]: ...

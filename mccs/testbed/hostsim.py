@@ -43,7 +43,7 @@ from mccs.testbed.linesim import Channel
 
 WRITE = "write"  # an event of the network (SimNet._events): a host's paced writes are due
 FLAG = 0x7E  # what ends every async frame, whole or cut short (linedrivers.async_frames)
-HELD_AT_MOST = 1.0  # seconds a piece of an async frame waits at its port for the rest (SimNet.write)
+HELD_AT_MOST = 1.0  # seconds the pieces of an async frame wait at its port for the rest (SimNet.write)
 HELD = "held"  # an event of the network: the pieces of a frame at a port, if the rest has not come
 WALL0 = 1_800_000_000.0  # the simulated wall clock at time 0: January 2027
 
@@ -365,8 +365,9 @@ class SimNet:
             arrival = pipe.last_arrival()
             where = (*_pair(src, dst), "b" if src < dst else "a")
             if (src, dst) in self._paced and data[-1] != FLAG:  # a piece of a frame: the rest follows
-                self._held[where] = at = (arrival or self.now) + HELD_AT_MOST
-                self.schedule(at, (*where, HELD))
+                if where not in self._held:  # (from the first piece held)
+                    self._held[where] = at = (arrival or self.now) + HELD_AT_MOST
+                    self.schedule(at, (*where, HELD))
             else:
                 self._held.pop(where, None)
                 if arrival is not None and arrival != before:
