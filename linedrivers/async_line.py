@@ -49,6 +49,11 @@ RATE_STEP = math.log(1.05)
 #: An error rate below which the best length is the longest a frame may be (64 KiB frames fail once in
 #: 150,000): taken as none, so that a clean line's estimate, which falls on forever, stops moving the choice
 RATE_FLOOR = 1e-10
+#: _choice's answers by all they depend on, for every line of the process: lines alike (a hub's,
+#: a simulated network's) search once a step of the error rate, not each (a clean line's estimate
+#: falls a step about every frame); at most this many kept
+CHOICES_KEPT = 4096
+_CHOICES: dict[tuple, tuple[int, bool]] = {}
 #: With ABORT agreed, a frame longer than PACE seconds on the wire (a data frame of 128 bytes at 9600
 #: baud) goes to the port in pieces that keep it at most PACE seconds ahead of the wire: what a frame
 #: of higher priority waits behind once it cuts in. Shorter frames go whole, as without ABORT.
@@ -281,22 +286,32 @@ class AsyncLine(AsyncSignOn):
         """The segment length and whether long D frames carry parity (F frames), as best for the
         line's error rate; parity only with FEC agreed and once the line has shown damage. The
         rate is taken in steps of 5% (the best length hardly moves within one), so the search runs
-        again only when the rate or the agreement moved."""
+        again only when the rate or the agreement moved, and once for all lines alike (_CHOICES)."""
         p = self._errors.rate
         step = round(math.log(p) / RATE_STEP) if p > RATE_FLOOR else None
         key = (step, self._sr, self._fcs32, self._maxmsg, self._window, self._fec and self._errors.observed)
         if self._chosen[0] != key:
-            overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
-            if self._sr:  # a lost copy is asked for again after about a round trip (_reask)
-                def stall(n):
-                    return self._ask_wait_for(0, n) * self.baud / 10
-            else:
-                def stall(n):
-                    return self._timeout_for(n) * self.baud / 10
-            self._chosen = key, best_choice(math.exp(step * RATE_STEP) if step is not None else 0.0, overhead,
-                                            stall, 0 if self._sr else self._window - 1,
-                                            min(LEAST_SEGMENT, self._maxmsg), self._maxmsg, key[-1])
+            whole = (*key, self._overhead, self.baud, self.reply_timeout)  # (all the search depends on)
+            choice = _CHOICES.get(whole)
+            if choice is None:
+                choice = self._search(step, key[-1])
+                if len(_CHOICES) >= CHOICES_KEPT:
+                    _CHOICES.clear()
+                _CHOICES[whole] = choice
+            self._chosen = key, choice
         return self._chosen[1]
+
+    def _search(self, step: int | None, fec: bool) -> tuple[int, bool]:
+        """best_choice for this line's framing and timers at the rate of `step` (None: no errors)."""
+        overhead = self._frame_bytes(HEADER_SIZE + LONG_BODY) - LONG_BODY  # of a long frame
+        if self._sr:  # a lost copy is asked for again after about a round trip (_reask)
+            def stall(n):
+                return self._ask_wait_for(0, n) * self.baud / 10
+        else:
+            def stall(n):
+                return self._timeout_for(n) * self.baud / 10
+        return best_choice(math.exp(step * RATE_STEP) if step is not None else 0.0, overhead, stall,
+                           0 if self._sr else self._window - 1, min(LEAST_SEGMENT, self._maxmsg), self._maxmsg, fec)
 
     def set_busy(self, flag: bool) -> None:
         """No room for more: acknowledge with B (hold) instead of A until cleared; clearing sends A."""

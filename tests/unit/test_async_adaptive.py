@@ -344,3 +344,26 @@ def test_a_peer_that_does_not_offer_fec_sees_the_line_unchanged(monkeypatch):
         writes[offers] = (b"".join(wire_a), b"".join(wire_b))
         assert h["b"].counters["crc_errors"] and h["a"].counters["fec_frames"] == 0
     assert writes[True] == writes[False]
+
+
+def test_lines_alike_share_the_search_for_their_segment_size(monkeypatch):
+    """A clean line's error rate falls a step about every frame, and each step was a search
+    (best_choice): a hub's lines, or a simulated network's thousand, searched the same steps each.
+    A line now takes what a line alike found; a line unlike (another baud) searches its own."""
+    from linedrivers import async_line
+    searches = []
+    search = async_line.best_choice
+    monkeypatch.setattr(async_line, "best_choice", lambda *a: searches.append(a) or search(*a))
+    monkeypatch.setattr(async_line, "_CHOICES", {})
+
+    def sizes(m: AsyncLine) -> list[int]:
+        out = []
+        for _ in range(80):
+            m._errors.exposed(300, 300)  # a clean frame's evidence
+            out.append(m.segment_size())
+        return out
+    first = sizes(signed_on())
+    searched = len(searches)
+    assert searched > 20 and sizes(signed_on()) == first and len(searches) == searched
+    sizes(signed_on(baud=1200))
+    assert len(searches) > searched
