@@ -38,11 +38,11 @@ from mccs.core.effects import Effects, Reply, StartProgram, TraceEvent
 from mccs.core.kernel import Kernel
 from mccs.core.sessions import Creds
 
+from linedrivers.async_frames import FLAG  # (what ends every async frame, whole or cut short)
 from mccs.testbed.hayes_modem import HayesModem
 from mccs.testbed.linesim import Channel
 
 WRITE = "write"  # an event of the network (SimNet._events): a host's paced writes are due
-FLAG = 0x7E  # what ends every async frame, whole or cut short (linedrivers.async_frames)
 HELD_AT_MOST = 1.0  # seconds the pieces of an async frame wait at its port for the rest (SimNet.write)
 HELD = "held"  # an event of the network: the pieces of a frame at a port, if the rest has not come
 WALL0 = 1_800_000_000.0  # the simulated wall clock at time 0: January 2027
