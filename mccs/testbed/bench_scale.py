@@ -145,7 +145,8 @@ class Scale:
         if spoiled is None:
             self._good: set[str] = set()  # destinations found good since, no route to them moved after
             self._looked: float | None = None  # when the last look was
-        self._good -= spoiled or set()
+        else:
+            self._good -= spoiled
         self._last: bool | None = None  # what the last look found (None: one must come)
 
     def _spoiled(self, ev: Event) -> set[str] | None:
