@@ -38,6 +38,7 @@ tell each neighbour is taken with `news_for`.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from typing import Iterable, NamedTuple
 
@@ -104,7 +105,7 @@ class RoutingTable:
         # source) was asked for while its route stayed as it is, and what the neighbour had said then
         self.answer: dict[str, dict[str, tuple[int, str]]] = {}  # dest -> neighbour whose question was
         # passed on -> the number and source it asked for
-        self._since: dict[str, float] = {}  # destination -> when its route last moved
+        self._since: dict[str, float] = {}  # destination -> when its route last moved, the latest last
         self.moved = 0.0  # when any route last moved (its next hop, distance or kind)
         self._recompute(0.0)
         self.changed.clear()
@@ -166,7 +167,8 @@ class RoutingTable:
     def moved_since(self, at: float) -> list[str]:
         """The destinations whose route moved at or after `at` (a watcher of the network's routes
         looks again only at those)."""
-        return [] if self.moved < at else [d for d, t in self._since.items() if t >= at]
+        return [] if self.moved < at else [
+            d for d, _ in itertools.takewhile(lambda item: item[1] >= at, reversed(self._since.items()))]
 
     def is_known(self, dest: str) -> bool:
         return dest == self.host or dest in self.known or DEFAULT in self.static
@@ -368,6 +370,7 @@ class RoutingTable:
                 self._tell_all(dest)
                 self.asked.pop(dest, None)  # (the route moved: what would be better is asked for again)
                 if last is None or (last.via, last.dist, last.kind) != (route.via, route.dist, route.kind):
+                    self._since.pop(dest, None)  # (kept in the order they moved: moved_since reads the last ones)
                     self._since[dest] = self.moved = now
                     self.changed.append(route)
             if unfeasible and route.kind != "static" and route.via not in self.direct_only:
