@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Callable, NotRequired, TypedDict
 
 from .changes import (CUSTODY, DOUBT, LOOSE, MSGBLOK_COLUMNS, WAITING_COLUMNS, BlobWrite, Change, Kept, PendingSend,
                       Restored, Row, Stored, Table)
@@ -63,9 +63,13 @@ class CheckpointFull(CheckpointError):
 
 
 class Checkpoint:
-    def __init__(self, path: str | os.PathLike, host_id: str, synchronous: str = "full", *, new: bool = False):
+    def __init__(self, path: str | os.PathLike, host_id: str, synchronous: str = "full", *, new: bool = False,
+                 random_bytes: Callable[[int], bytes] = secrets.token_bytes):
+        """`random_bytes(n)`: where a new epoch comes from (a simulator's seeded source: a run is
+        the same each time)."""
         self.path = Path(path)
         self.host_id = host_id
+        self.random_bytes = random_bytes
         self._lock_fd, first_start = self._lock()
         try:
             self.conn = self._open(synchronous, new, first_start)
@@ -75,12 +79,12 @@ class Checkpoint:
         self.commits = 0
 
     @classmethod
-    def in_memory(cls, host_id: str) -> "Checkpoint":
+    def in_memory(cls, host_id: str, random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> "Checkpoint":
         """A checkpoint with no file, for the simulator's hosts (mccs/testbed/hostsim.py): the same schema,
         statements and reads, no lock and no disk; what it holds lives as long as the object (a
         simulated crash keeps it, as the disk would)."""
         cp = cls.__new__(cls)
-        cp.path, cp.host_id, cp._lock_fd, cp.commits = Path(":memory:"), host_id, -1, 0
+        cp.path, cp.host_id, cp._lock_fd, cp.commits, cp.random_bytes = Path(":memory:"), host_id, -1, 0, random_bytes
         cp.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         cp._create(cp.conn)
         cp._check_identity(cp.conn)
@@ -174,7 +178,10 @@ class Checkpoint:
                                              {"key": "host_id", "value": self.host_id},
                                              {"key": "next_msg_id", "value": "1"},
                                              {"key": "next_seq", "value": "1"},
-                                             {"key": "epoch", "value": secrets.token_hex(4)}])
+                                             {"key": "epoch", "value": self._new_epoch()}])
+
+    def _new_epoch(self) -> str:
+        return self.random_bytes(4).hex()
 
     @staticmethod
     def _create_routing_tables(db: sqlite_utils.Database) -> None:
@@ -268,7 +275,7 @@ class Checkpoint:
             conn.execute(f"INSERT OR REPLACE INTO {Table.SENT_WINDOW} (host, msg_id, seq) SELECT substr(to_id, 1, 2), "
                          f"msg_id, seq FROM {Table.SEND_DONE} WHERE substr(to_id, 1, 2) != ? ORDER BY seq",
                          (self.host_id,))
-            conn.execute(f"INSERT OR REPLACE INTO {Table.META} VALUES ('epoch', ?)", (secrets.token_hex(4),))
+            conn.execute(f"INSERT OR REPLACE INTO {Table.META} VALUES ('epoch', ?)", (self._new_epoch(),))
             conn.execute(f"UPDATE {Table.META} SET value = '2' WHERE key = 'schema_version'")
 
     def _migrate_from_2(self, conn: sqlite3.Connection) -> None:
@@ -437,7 +444,7 @@ class Checkpoint:
                                     (DOUBT, self.host_id, LOOSE)).rowcount
             conn.execute(f"UPDATE {Table.SEND_LIST} SET pseq = 0, epoch = '' WHERE substr(from_id, 1, 2) = ? "
                          f"AND NOT {kept}", (self.host_id,))
-            conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'epoch'", (secrets.token_hex(4),))
+            conn.execute(f"UPDATE {Table.META} SET value = ? WHERE key = 'epoch'", (self._new_epoch(),))
             conn.execute(f"DELETE FROM {Table.META} WHERE key = ?", (RESTORED,))
         log.warning("checkpoint %s was restored from a backup taken at %s: this host starts a new epoch with its "
                     "lists as they were then", self.path, meta[RESTORED])

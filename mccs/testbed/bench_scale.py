@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=3.0,
                    help="messages a second, all pairs together (default: %(default)s: 10,800 an hour)")
     p.add_argument("--seed", type=int, default=1,
-                   help="of the topology, the traffic and the events (default: %(default)s)")
+                   help="of the topology, the traffic, the events and every host's random choices: "
+                   "a run with the same arguments repeats itself (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="the figures as JSON")
     p.add_argument("--plot", metavar="PNG", help="no run: draw convergence and routing share against the number "
                    "of hosts, a line a shape, from the results in --from (matplotlib)")

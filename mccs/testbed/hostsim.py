@@ -59,8 +59,8 @@ def line(peer: str, **keys) -> LineConfig:
 class SimHost:
     def __init__(self, net: "SimNet", cfg: HostConfig):
         self.net, self.cfg, self.id = net, cfg, cfg.id
-        self.cp = Checkpoint.in_memory(cfg.id)  # the daemon's store, without a disk: unit tests touch none
-        self.random = random.Random(f"{net.seed}/{cfg.id}")  # the line machines' sessions and nonces: seeded
+        self.random = random.Random(f"{net.seed}/{cfg.id}")  # sessions, nonces, epochs: seeded, a run repeats
+        self.cp = Checkpoint.in_memory(cfg.id, self.random.randbytes)  # the daemon's store, without a disk
         self.keys = Keyring(cfg.id)  # its end-to-end keys: the test gives them (mccs.core.e2e)
         self.kernel = self._core()
         self.inbox: dict[int, list[dict]] = {}
@@ -206,13 +206,13 @@ class SimHost:
         """`mccs daemon --new-checkpoint` after the checkpoint was lost: a new epoch, MSG_IDs from 1,
         nothing remembered."""
         self.cp.close()
-        self.cp = Checkpoint.in_memory(self.id)
+        self.cp = Checkpoint.in_memory(self.id, self.random.randbytes)
         self.crash()
 
     def backup(self) -> Checkpoint:
         """`mccs checkpoint backup`: a copy of the checkpoint as of the last commit, marked as a
         backup (the daemon that opens it renews the host)."""
-        copy = Checkpoint.in_memory(self.id)
+        copy = Checkpoint.in_memory(self.id, self.random.randbytes)
         self.cp.conn.backup(copy.conn)
         copy.conn.execute("INSERT INTO meta (key, value) VALUES (?, 'simulated')", (RESTORED,))
         return copy
@@ -220,7 +220,7 @@ class SimHost:
     def restore(self, backup: Checkpoint) -> None:
         """The host's disk lost and `backup` put in its place (as a copy), then the daemon started."""
         self.cp.close()
-        self.cp = Checkpoint.in_memory(self.id)
+        self.cp = Checkpoint.in_memory(self.id, self.random.randbytes)
         backup.conn.backup(self.cp.conn)
         self.cp.renew_if_restored()
         self.crash()
