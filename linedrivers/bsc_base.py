@@ -52,6 +52,7 @@ class BscBase:
     _state: State
     _busy: bool
     _queue: deque[bytes]
+    _priority: deque[int]
     _unconfirmed: bool
     _last_block: Seq | None
     _suspect: tuple[str, str] | None

@@ -117,6 +117,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         self._state = State.DOWN
         self._busy = False
         self._queue: deque[bytes] = deque()  # every image held, the one in flight first
+        self._priority: deque[int] = deque()  # the priority of each, as send() was told
         self._unconfirmed = False            # a MessageReceived waits for confirm()
         self._last_block: Seq | None = None  # the last block taken (duplicates)
         self._suspect: tuple[str, str] | None = None  # a wrong ID met once, and why (see _refuse)
@@ -143,11 +144,17 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
             self._down("stopped")
 
     def send(self, image: bytes, priority: int = 0) -> None:
-        """Queue one image; it goes in the next transmission (see next_deadline()). The queue takes
-        one image at a time (room()), so `priority` has none to pass."""
+        """Queue one image; it goes in the next transmission (see next_deadline()), before the
+        images of lower priority not yet begun. room() takes one at a time, so that the rest waits
+        on SEND_LIST, where priority orders it; an owner may still hand one of higher priority
+        beyond room() (mccs.core.lines does): it need not wait behind the image held here, which
+        may wait a whole turn of the line to the peer before its first block."""
         if len(image) > self._limit:
             raise ValueError(f"image of {len(image)} bytes is over this line's {self._limit}")
-        self._queue.append(bytes(image))
+        begun = 0 if self._frames is None else 1  # the head's blocks are going: it stays the head
+        at = next((i for i in range(begun, len(self._queue)) if self._priority[i] < priority), len(self._queue))
+        self._queue.insert(at, bytes(image))
+        self._priority.insert(at, priority)
 
     def receive_data(self, data: bytes, now: float) -> None:
         self._now = now
@@ -314,6 +321,7 @@ class BscLine(BscSignOn, BscAgreement, BscSender, BscReceiver):
         self._keep_partial()
         self._events.append(LineDown(reason, list(self._queue)))
         self._queue.clear()
+        self._priority.clear()
         self._state = State.DOWN
         self._hs = self._auth = self._agreeing = None
         self._agreed = False

@@ -164,6 +164,7 @@ class BscSender(BscBase):
         assert self._frames is not None  # phase REPLY or ENQ: a block of the head image is in flight
         if self._block == len(self._frames):
             self._frames, self._sent_max = None, -1
+            self._priority.popleft()
             self._events.append(MessageAcked(self._queue.popleft()))
         if wack:
             self._phase, self._deadline = Phase.WACK, now + self.pause

@@ -684,7 +684,7 @@ class Lines:
         """The Message-Sender for one line: SEND_LIST's blocks for every destination routed over it
         (`routed_here`: its streams), highest priority first, each (destination, priority) stream in
         order, the destinations of one priority taking turns, while the machine has room and the
-        wire is nearly free."""
+        wire is nearly free (on a BSC line one of higher priority may overtake: _overtakes)."""
         self._forgets_first(lcb, fx)
         lcb.next_hand = None
         if not lcb.active:  # every frame handed is acknowledged: its bytes are out (a line faster than its baud)
@@ -704,7 +704,7 @@ class Lines:
         for priority, turn in queues.items():
             while turn:
                 for queue in list(turn):
-                    if room <= 0:
+                    if room <= 0 and not _overtakes(lcb, priority):
                         return
                     # enough ahead of the wire: the rest waits here, unless it passes what the machine holds
                     if lcb.wire_free - self._now > lead and priority <= lcb.handed_priority:
@@ -957,6 +957,14 @@ def _due(lcb: LineControlBlock) -> float | None:
     times = [t for t in (lcb.machine.next_deadline(), lcb.signon_at, lcb.next_hand, lcb.hold_until,
                          lcb.window_check, *(at for _, at in lcb.give_up.values())) if t is not None]
     return min(times, default=None)
+
+
+def _overtakes(lcb: LineControlBlock, priority: int) -> bool:
+    """A BSC machine takes one image at a time (room()), and that one may wait out a whole turn of
+    the line to the peer before its first block: a message of a priority above the last handed goes
+    even so, before it (BscLine.send). An async machine holds a window's worth, and frame abort
+    cuts in for an urgent one."""
+    return lcb.cfg.protocol == "bsc" and priority > lcb.handed_priority and bool(lcb.active)
 
 
 def _hand_by(lcb: LineControlBlock, at: float) -> None:

@@ -493,3 +493,23 @@ def test_every_phase_has_a_handler_or_an_explicit_ignore_for_every_answer_and_it
     handlers = [h for table in (ON_REPLY, ON_BID_REPLY) for row in table.values() for h in row.values()]
     assert all(h is IGNORED or callable(h) for h in handlers) and all(callable(h) for h in ON_TIMER.values())
     assert ON_REPLY[Phase.HOLD] == dict.fromkeys(Reply, IGNORED)  # no block in flight: nothing answers
+
+
+def test_an_image_of_higher_priority_goes_before_those_not_begun_never_before_the_one_in_flight():
+    """What mccs.core.lines hands beyond room() on a BSC line (an urgent message: _overtakes)."""
+    d = Duo().signed_on()
+    a = d.m["a"]
+    a.send(img("AA", 1))
+    a.send(img("AA", 2), priority=7)
+    assert list(a._queue) == [img("AA", 2), img("AA", 1)]  # neither begun
+    d.run(5)
+    assert [e.image for e in d.of("b", MessageReceived)] == [img("AA", 2), img("AA", 1)]
+    d.faults["b"].append(lambda data: b"" if data == SEQ["ACK1"] else data)  # the answer to the next block is lost
+    a.send(img("AA", 3))
+    a.handle_timeout(d.now)
+    d.pump()
+    assert a._frames is not None and list(a._queue) == [img("AA", 3)]  # its block is out, unanswered
+    a.send(img("AA", 4), priority=7)
+    assert list(a._queue) == [img("AA", 3), img("AA", 4)]
+    d.run(10)
+    assert [e.image for e in d.of("b", MessageReceived)][2:] == [img("AA", 3), img("AA", 4)]

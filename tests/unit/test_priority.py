@@ -269,3 +269,34 @@ def test_over_a_line_that_signed_on_without_routing_nothing_overtakes_a_message_
     lcb.routed = False  # as after a sign-on without ROUTE2
     assert [b.msg_id for b in aa.lists.send][0] == first and next(iter(aa.lists.send)).pseq
     assert list(itertools.islice(aa.lines._pieces(lcb, "BB", 0, net.now), 1)) == []
+
+
+def test_on_a_bsc_line_turned_to_the_peer_an_urgent_message_goes_before_the_bulk_image_held(tmp_path):
+    """A BSC machine takes one image at a time. Held while the line is turned to the peer (we gave it
+    up by RVI, or the peer transmits), that image may wait a whole turn; an urgent message stored
+    meanwhile goes before it when the line comes back (mccs.core.lines._overtakes, BscLine.send)."""
+    from linedrivers import bsc_receiver
+    from linedrivers.bsc_states import State
+    from linedrivers.image import key_of
+    net = SimNet(tmp_path, {"AA": [line("BB", protocol="bsc", baud=9600)],
+                            "BB": [line("AA", protocol="bsc", role="secondary", baud=9600)]})
+    _paced(net, "AA", "BB", 9600)
+    m = net["AA"].kernel.lines["BB"].machine
+    assert net.run(lambda: m.state is State.CONTROL, duration=30)
+    p, q = net.client("AA", "P"), net.client("BB", "Q")
+    for i in range(40):
+        p.request({"op": "send", "to": "BBR", "data": base64.b64encode(bytes(100)).decode(), "user_id": i + 1})
+    assert net.run(lambda: m.state is State.XMIT, duration=30)
+    q.request({"op": "send", "to": "AAR", "data": base64.b64encode(bytes(100)).decode()})  # BB asks for the line
+    assert net.run(lambda: m.state in (State.CONTROL, State.RECV) and m._queue and m._frames is None,
+                   duration=10 * bsc_receiver.RVI_AFTER)
+    held = m._queue[0]
+    urgent = p.send("BBR", b"urgent", user_id=99, priority=7)["msg_id"]
+    assert m._queue[0] != held and m._queue[1] == held  # handed beyond room(), before the image held
+    r = net.client("BB", "R")
+    assert net.run(lambda: len(net["BB"].kernel.lists.recv) == 41, duration=120)
+    got = [r.recv(wait=False)["msg"]["user_id"] for _ in range(41)]
+    assert got[0] == 99 and sorted(got[1:]) == list(range(1, 41))
+    order = [t.fields["msg_id"] for t in net["BB"].traces if (t.type, t.kind) == ("msg", "received")
+             and t.fields.get("origin") == "AA"]
+    assert order.index(urgent) < order.index(key_of(held)[1]), order
