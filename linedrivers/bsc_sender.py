@@ -32,7 +32,8 @@ class BscSender(BscBase):
         self._sent_max = -1      # the highest block of the head image sent so far
         self._parity = 1         # ACK1 or ACK0 expected for the block in flight
         self._sent = 0           # blocks sent in this transmission
-        self._rvi = False        # the peer asked for the line: EOT after this message
+        self._rvi = False        # the peer asked for the line: EOT after this message (and any more urgent)
+        self._acked_priority = 0  # the priority of the last image acknowledged
         self._holdoff = 0.0      # after RVI, leave the next bid to the peer until then (or its bid)
         self._peer_waits = False # we answered RVI: the peer gave up the line with messages waiting
 
@@ -88,7 +89,9 @@ class BscSender(BscBase):
     def _next(self, now: float) -> None:
         """Send the next block, or hold the line for more, or end the transmission."""
         if self._frames is None:
-            if self._rvi:
+            # after RVI the line goes to the peer once this message is done; an image of higher
+            # priority than it, handed meanwhile (an urgent message), goes first
+            if self._rvi and not (self._queue and self._priority[0] > self._acked_priority):
                 self._finish(now, holdoff=True)
                 return
             if not self._queue:
@@ -164,7 +167,7 @@ class BscSender(BscBase):
         assert self._frames is not None  # phase REPLY or ENQ: a block of the head image is in flight
         if self._block == len(self._frames):
             self._frames, self._sent_max = None, -1
-            self._priority.popleft()
+            self._acked_priority = self._priority.popleft()
             self._events.append(MessageAcked(self._queue.popleft()))
         if wack:
             self._phase, self._deadline = Phase.WACK, now + self.pause

@@ -12,26 +12,33 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from mccs.testbed.hosts import DaemonProcess, write_config
 from mccs.testbed.procstat import cpu_seconds
 
 
-def raw_commit_rate(path: Path, seconds: float = 2.0) -> float:
-    """Commits per second of one small row each, WAL + synchronous=FULL."""
+class RawCommits(NamedTuple):
+    per_s: float  # commits a second
+    cpu_s: float  # CPU seconds (user + system) a commit: the floor of what a durable commit costs here
+
+
+def raw_commits(path: Path, seconds: float = 2.0) -> RawCommits:
+    """Commits of one small row each, WAL + synchronous=FULL, for `seconds`: their rate and the CPU
+    each cost this thread (the fsync's share included: it is most of it on a VM)."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, data BLOB)")
-    n, t0 = 0, time.perf_counter()
+    n, t0, cpu0 = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - t0 < seconds:
         conn.execute("BEGIN")
         conn.execute("INSERT INTO t (data) VALUES (?)", (b"x" * 64,))
         conn.execute("COMMIT")
         n += 1
-    rate = n / (time.perf_counter() - t0)
+    raw = RawCommits(n / (time.perf_counter() - t0), (time.thread_time() - cpu0) / n)
     conn.close()
-    return rate
+    return raw
 
 
 def _sender(config, name, to_id, count, size, batch, start, out):
@@ -108,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         rates, raws, batches, daemon_cpu, client_cpu = [], [], [], [], []
         n = args.pairs * args.messages
         for i in range(args.runs):
-            raws.append(raw_commit_rate(tmp / f"raw{i}.db"))
+            raws.append(raw_commits(tmp / f"raw{i}.db").per_s)
             config = write_config(tmp / f"run{i}", "AA", [], synchronous=args.synchronous)
             with DaemonProcess(config) as daemon:
                 cpu0, kids0 = cpu_seconds(daemon.pid), _children_cpu()

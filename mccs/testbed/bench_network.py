@@ -8,7 +8,8 @@
   goodput measured in the same run: the daemons' cost in points of efficiency;
 - CPU: the daemons' CPU seconds (user + system, from /proc) per 1,000 128-byte messages
   delivered over a 115200-baud line, each daemon apart; one message a SEND and a RECV, then
-  again with send_many and recv_many of 50;
+  again with send_many and recv_many of 50; beside them the CPU of a raw durable commit on the
+  same disk, the floor of each of a daemon's commits;
 - idle: a daemon with two lines up and nothing to send (default timers): its share of a core
   and its resident memory, first started and again after a restart;
 - urgent: at 9600 baud with hundreds of 100-byte messages queued, priority-7 messages sent one
@@ -29,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mccs.testbed.bench_local import message_rate
+from mccs.testbed.bench_local import message_rate, raw_commits
 from mccs.testbed.hosts import DaemonProcess, give_keys, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.procstat import cpu_seconds, rss
@@ -252,6 +253,7 @@ def one_run(protocol: str, parts: set[str], args: argparse.Namespace, e2e: str =
             with pair(root / "slow", protocol, 9600) as (a, b):
                 out["goodput_9600"] = goodput(a, b, args.slow_messages, 128)
         if "cpu" in parts:
+            out["raw_commit_cpu_us"] = 1e6 * raw_commits(root / "raw.db").cpu_s  # beside the checkpoints
             with pair(root / "cpu", protocol, 115200) as (a, b):
                 out.update(cpu_per_message(a, b, args.cpu_messages, 128))
                 out.update(cpu_per_message(a, b, args.cpu_messages, 128, CPU_BATCH))
@@ -331,6 +333,11 @@ def run(args: argparse.Namespace) -> int:
                   f"{r['cpu_s_per_1000_BB']:.3f} s (target < {CPU_TARGET} s per daemon); passes / commits a "
                   f"message: AA {r['passes_per_msg_AA']:.2f} / {r['commits_per_msg_AA']:.2f}, "
                   f"BB {r['passes_per_msg_BB']:.2f} / {r['commits_per_msg_BB']:.2f}")
+            floor = {h: r[f"commits_per_msg_{h}"] * r["raw_commit_cpu_us"] for h in ("AA", "BB")}
+            print(f"  a durable commit of one row on this disk costs {r['raw_commit_cpu_us']:.0f} us of CPU (raw "
+                  f"SQLite, WAL, synchronous=FULL): the commits alone are at least {floor['AA']:.0f} us of AA's "
+                  f"{r['cpu_s_per_1000_AA'] * 1000:.0f} a message, {floor['BB']:.0f} of BB's "
+                  f"{r['cpu_s_per_1000_BB'] * 1000:.0f}")
             print(f"  the same with send_many and recv_many of {CPU_BATCH}: AA {r['cpu_s_per_1000_AA_batched']:.3f} s, "
                   f"BB {r['cpu_s_per_1000_BB_batched']:.3f} s; passes / commits a message: "
                   f"AA {r['passes_per_msg_AA_batched']:.2f} / {r['commits_per_msg_AA_batched']:.2f}, "

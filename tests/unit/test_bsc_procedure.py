@@ -513,3 +513,21 @@ def test_an_image_of_higher_priority_goes_before_those_not_begun_never_before_th
     assert list(a._queue) == [img("AA", 3), img("AA", 4)]
     d.run(10)
     assert [e.image for e in d.of("b", MessageReceived)][2:] == [img("AA", 3), img("AA", 4)]
+
+
+def test_after_rvi_an_image_of_higher_priority_than_the_message_just_sent_goes_before_the_eot(monkeypatch):
+    from linedrivers import bsc_receiver
+    monkeypatch.setattr(bsc_receiver, "RVI_AFTER", 1)
+    d = Duo().signed_on()
+    a = d.m["a"]
+    d.m["b"].send(img("BB", 9))  # b has a message: it answers a's first block RVI
+    d.faults["b"].append(lambda data: b"" if data == SEQ["RVI"] else data)  # lost once: a asks (ENQ) again
+    a.send(img("AA", 1))
+    a.handle_timeout(d.now)
+    d.pump()
+    a.send(img("AA", 2))
+    a.send(img("AA", 3), priority=7)  # handed while block 1 waits for its answer
+    d.run(20)
+    assert d.tx("a")[:6] == ["ENQ", "ETX", "ENQ", "ENQ", "ETX", "EOT"]  # 1, then 3 (urgent), then the line to b
+    assert [e.image for e in d.of("b", MessageReceived)][:2] == [img("AA", 1), img("AA", 3)]
+    assert [e.image for e in d.of("a", MessageReceived)] == [img("BB", 9)]
