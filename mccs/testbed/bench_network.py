@@ -8,8 +8,8 @@
   goodput measured in the same run: the daemons' cost in points of efficiency;
 - CPU: the daemons' CPU seconds (user + system, from /proc) per 1,000 128-byte messages
   delivered over a 115200-baud line, each daemon apart; one message a SEND and a RECV, then
-  again with send_many and recv_many of 50; beside them the CPU of a raw durable commit on the
-  same disk, the floor of each of a daemon's commits;
+  again with send_many and recv_many of 50; beside them what the commits alone cost
+  (mccs.testbed.commit_cost: a simulated pair's, replayed on disk) and a raw durable commit;
 - idle: a daemon with two lines up and nothing to send (default timers): its share of a core
   and its resident memory, first started and again after a restart;
 - urgent: at 9600 baud with hundreds of 100-byte messages queued, priority-7 messages sent one
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from mccs.testbed.bench_local import message_rate, raw_commits
+from mccs.testbed.commit_cost import commit_cost
 from mccs.testbed.hosts import DaemonProcess, give_keys, write_config
 from mccs.testbed.loopback import timers
 from mccs.testbed.procstat import cpu_seconds, rss
@@ -254,6 +255,7 @@ def one_run(protocol: str, parts: set[str], args: argparse.Namespace, e2e: str =
                 out["goodput_9600"] = goodput(a, b, args.slow_messages, 128)
         if "cpu" in parts:
             out["raw_commit_cpu_us"] = 1e6 * raw_commits(root / "raw.db").cpu_s  # beside the checkpoints
+            out.update(commit_cost(protocol, args.cpu_messages))
             with pair(root / "cpu", protocol, 115200) as (a, b):
                 out.update(cpu_per_message(a, b, args.cpu_messages, 128))
                 out.update(cpu_per_message(a, b, args.cpu_messages, 128, CPU_BATCH))
@@ -333,11 +335,12 @@ def run(args: argparse.Namespace) -> int:
                   f"{r['cpu_s_per_1000_BB']:.3f} s (target < {CPU_TARGET} s per daemon); passes / commits a "
                   f"message: AA {r['passes_per_msg_AA']:.2f} / {r['commits_per_msg_AA']:.2f}, "
                   f"BB {r['passes_per_msg_BB']:.2f} / {r['commits_per_msg_BB']:.2f}")
-            floor = {h: r[f"commits_per_msg_{h}"] * r["raw_commit_cpu_us"] for h in ("AA", "BB")}
-            print(f"  a durable commit of one row on this disk costs {r['raw_commit_cpu_us']:.0f} us of CPU (raw "
-                  f"SQLite, WAL, synchronous=FULL): the commits alone are at least {floor['AA']:.0f} us of AA's "
-                  f"{r['cpu_s_per_1000_AA'] * 1000:.0f} a message, {floor['BB']:.0f} of BB's "
-                  f"{r['cpu_s_per_1000_BB'] * 1000:.0f}")
+            print(f"  of which the commits (a simulated pair's, replayed on disk): AA {r['commit_cpu_us_full_AA']:.0f} "
+                  f"us of its {r['cpu_s_per_1000_AA'] * 1000:.0f} a message, BB {r['commit_cpu_us_full_BB']:.0f} of "
+                  f"{r['cpu_s_per_1000_BB'] * 1000:.0f} ({r['commits_per_msg_sim_AA']:.2f} / "
+                  f"{r['commits_per_msg_sim_BB']:.2f} commits a message; {r['commit_cpu_us_normal_AA']:.0f} / "
+                  f"{r['commit_cpu_us_normal_BB']:.0f} us with synchronous=NORMAL); a raw durable commit of one "
+                  f"row here: {r['raw_commit_cpu_us']:.0f} us")
             print(f"  the same with send_many and recv_many of {CPU_BATCH}: AA {r['cpu_s_per_1000_AA_batched']:.3f} s, "
                   f"BB {r['cpu_s_per_1000_BB_batched']:.3f} s; passes / commits a message: "
                   f"AA {r['passes_per_msg_AA_batched']:.2f} / {r['commits_per_msg_AA_batched']:.2f}, "
