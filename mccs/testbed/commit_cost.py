@@ -47,11 +47,12 @@ def _run_pair(directory: Path, protocol: str, count: int, size: int) -> tuple[Si
         reply = receiver.reply(rrid)
         if reply is None:
             continue
-        if not confirming and reply.get("msg"):
+        if confirming:  # a message taken: the next RECV
+            got += 1
+        elif reply.get("msg"):  # a message handed: its confirm (a RECV that timed out is asked again)
             rrid, confirming = receiver.request({"op": "confirm", "rid": reply["msg"]["rid"]}), True
-        else:
-            got += confirming
-            rrid, confirming = receiver.request({"op": "recv", "timeout": 60}), False
+            continue
+        rrid, confirming = receiver.request({"op": "recv", "timeout": 60}), False
     return net, start
 
 
